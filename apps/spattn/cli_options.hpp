@@ -1,0 +1,64 @@
+#pragma once
+/// \file cli_options.hpp
+/// The command line of the `spattn` program: `spattn <command> [options]`, parsed into a struct.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "spattn/dtype.hpp"
+#include "spattn/error.hpp"
+
+namespace spattn::app {
+
+/// The seed of `spattn run` when --seed is not given.
+inline constexpr uint64_t kDefaultSeed = 1234;
+
+/// A mistake in the command line, as opposed to a failure while running. main() exits with
+/// status 2 for this and 1 for any other Error.
+struct UsageError : Error {
+  explicit UsageError(const std::string& message) : Error("spattn: " + message) {}
+};
+
+/// Options of `spattn run`, with their defaults.
+struct RunOptions {
+  std::string algorithm = "zigzag";  // one of algorithm_names() (harness/strategy_runner.hpp)
+  bool causal = false;
+  int64_t batch = 1;
+  int64_t seq = 4096;  // global sequence length, split over the ranks
+  int64_t heads = 8;
+  int64_t kv_heads = 8;  // equals heads unless --kv-heads is given
+  int64_t head_dim = 64;
+  DType dtype = DType::f32;
+  int64_t window_left = -1;  // -1: unbounded, as in AttentionOptions
+  int64_t window_right = -1;
+  std::optional<float> scale;  // softmax scale; 1/sqrt(head_dim) when unset
+  bool backward = false;
+  bool check = false;  // compare against the fp64 reference and a single-rank run
+  bool json = false;   // print one JSON object as the last line
+  bool profile_steps = false;
+  std::string inputs_dir;   // empty: generate inputs from the seed
+  std::string outputs_dir;  // empty: write no outputs
+  int iters = 1;
+  int warmup = 0;
+  uint64_t seed = kDefaultSeed;
+  int threads = 0;  // CPU threads per rank; 0: chosen automatically
+};
+
+/// A parsed command line.
+struct CliCommand {
+  enum class Kind { run, info, help };
+  Kind kind = Kind::help;
+  RunOptions run;     // meaningful for Kind::run
+  bool json = false;  // `spattn info --json`
+};
+
+/// Parses `argv` (argv[0] is the program name). Throws UsageError naming the option, the value
+/// and what is allowed for an unknown command or option, a missing or malformed value, or an
+/// impossible size. `--help` anywhere, `-h`, `help` or no arguments at all give Kind::help.
+CliCommand parse_command_line(int argc, const char* const* argv);
+
+/// The text of `spattn help`: commands, every option, and its default.
+std::string usage_text();
+
+}  // namespace spattn::app

@@ -1,0 +1,38 @@
+#include "info_command.hpp"
+
+#include <sstream>
+
+#include "spattn/build_info.hpp"
+
+namespace spattn::app {
+
+namespace {
+
+std::string joined(const std::vector<std::string>& items, const char* separator, const char* quote) {
+  std::string text;
+  for (const std::string& item : items) text += (text.empty() ? "" : separator) + (quote + item + quote);
+  return text;
+}
+
+}  // namespace
+
+std::string info_text(bool json) {
+  const BuildInfo info = build_info();
+  std::ostringstream text;
+  if (json) {
+    text << "{\"version\": \"" << info.version << "\", \"kernel_backends\": [" << joined(info.kernel_backends, ", ", "\"")
+         << "], \"communicators\": [" << joined(info.communicators, ", ", "\"") << "], \"mpi\": \"" << info.mpi_library
+         << "\", \"blas\": \"" << info.blas << "\", \"devices\": [\"cpu\"], \"cpu_cores\": " << info.cpu_cores
+         << ", \"cpu_threads\": " << info.cpu_threads << "}";
+    return text.str();
+  }
+  text << "spattn " << info.version << "\n"
+       << "  kernel backends: " << joined(info.kernel_backends, ", ", "") << " (cuda: not in this build)\n"
+       << "  communicators:   " << joined(info.communicators, ", ", "") << " (" << info.mpi_library << ")\n"
+       << "  BLAS:            " << info.blas << "\n"
+       << "  devices:         cpu, " << info.cpu_cores << " hardware threads\n"
+       << "  CPU threads:     " << info.cpu_threads << " per process (--threads or OMP_NUM_THREADS)\n";
+  return text.str();
+}
+
+}  // namespace spattn::app

@@ -1,0 +1,48 @@
+// spattn: run distributed exact attention under mpirun and check it; see `spattn help`.
+// Exit status: 0 success, 1 a runtime error or a failed --check, 2 a usage error.
+
+#include <cstdlib>
+#include <iostream>
+
+#include "cli_options.hpp"
+#include "info_command.hpp"
+#include "run_command.hpp"
+
+namespace {
+
+// Messages are identical on every rank (the library agrees on them), so only the first rank
+// prints them; the launcher's environment tells which rank this is before MPI starts.
+bool is_first_rank() {
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"})
+    if (const char* value = std::getenv(name)) return std::atoi(value) == 0;
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using spattn::app::CliCommand;
+  try {
+    const CliCommand command = spattn::app::parse_command_line(argc, argv);
+    switch (command.kind) {
+      case CliCommand::Kind::help:
+        if (is_first_rank()) std::cout << spattn::app::usage_text();
+        return 0;
+      case CliCommand::Kind::info:
+        if (is_first_rank()) std::cout << spattn::app::info_text(command.json) << std::endl;
+        return 0;
+      case CliCommand::Kind::run:
+        return spattn::app::run_command(command.run);
+    }
+  } catch (const spattn::app::UsageError& error) {
+    if (is_first_rank()) std::cerr << error.what() << "\n";
+    return 2;
+  } catch (const spattn::Error& error) {
+    if (is_first_rank()) std::cerr << error.what() << "\n";
+    return 1;
+  } catch (const std::exception& error) {
+    std::cerr << "spattn: unexpected failure: " << error.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,181 @@
+#include "run_command.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <string>
+
+#include "accuracy_report.hpp"
+#include "npy_file.hpp"
+#include "run_report.hpp"
+#include "spattn/build_info.hpp"
+#include "spattn/mpi_communicator.hpp"
+#include "spattn/reference_attention.hpp"
+#include "strategy_runner.hpp"
+
+namespace spattn::app {
+
+namespace {
+
+// Ranks sharing this machine, from the launcher's environment (1 when not launched by one).
+int ranks_on_this_machine() {
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "MPICH_LOCAL_SIZE"})
+    if (const char* value = std::getenv(name)) return std::max(1, std::atoi(value));
+  return 1;
+}
+
+// --threads, else OMP_NUM_THREADS, else the machine's cores shared among its ranks.
+void choose_cpu_threads(const RunOptions& options) {
+  if (options.threads > 0) {
+    set_cpu_threads(options.threads);
+  } else if (!std::getenv("OMP_NUM_THREADS")) {
+    set_cpu_threads(std::max(1, build_info().cpu_cores / ranks_on_this_machine()));
+  }
+}
+
+// An (N, ...) array's values rounded into a tensor of `dtype`.
+HostTensor tensor_from(const NpyArray& array, DType dtype) {
+  const auto& s = array.shape;
+  HostTensor tensor(dtype, {s[0], s[1], s[2], s[3]});
+  for (int64_t i = 0; i < array.numel(); ++i) tensor.set(i, array.values[static_cast<std::size_t>(i)]);
+  return tensor;
+}
+
+// The problem in --inputs DIR: shapes come from q.npy and k.npy; the other files must match.
+AttentionProblem problem_from_directory(RunOptions& options, const AttentionOptions& attention) {
+  const std::filesystem::path directory(options.inputs_dir);
+  const NpyArray q = read_npy((directory / "q.npy").string());
+  SPATTN_CHECK(q.shape.size() == 4, "q.npy has shape " << format_shape(q.shape) << "; expected 4 dimensions (B, S, H, D)");
+  const NpyArray k = read_npy((directory / "k.npy").string());
+  SPATTN_CHECK(k.shape.size() == 4, "k.npy has shape " << format_shape(k.shape) << "; expected 4 dimensions (B, S, HK, D)");
+  const std::vector<int64_t> kv_shape = {q.shape[0], q.shape[1], k.shape[2], q.shape[3]};
+  expect_shape(k, kv_shape, "k.npy", "B, S, HK, D");
+  const NpyArray v = read_npy((directory / "v.npy").string());
+  expect_shape(v, kv_shape, "v.npy", "B, S, HK, D");
+  options.batch = q.shape[0];
+  options.seq = q.shape[1];
+  options.heads = q.shape[2];
+  options.kv_heads = k.shape[2];
+  options.head_dim = q.shape[3];
+  AttentionProblem problem{AttentionShape{options.batch, options.seq, options.heads, options.kv_heads, options.head_dim,
+                                          options.dtype},
+                           attention, tensor_from(q, options.dtype), tensor_from(k, options.dtype),
+                           tensor_from(v, options.dtype), HostTensor()};
+  if (options.backward) {
+    const NpyArray dout = read_npy((directory / "dout.npy").string());
+    expect_shape(dout, q.shape, "dout.npy", "B, S, H, D");
+    problem.dout = tensor_from(dout, options.dtype);
+  }
+  return problem;
+}
+
+AttentionOptions attention_options(const RunOptions& options) {
+  AttentionOptions attention;
+  attention.causal = options.causal;
+  attention.window_left = options.window_left;
+  attention.window_right = options.window_right;
+  attention.softmax_scale = options.scale;
+  return attention;
+}
+
+// Every rank's outcome of `load`, agreed: a file that one rank cannot read fails them all.
+AttentionProblem agreed_problem(Communicator& world, RunOptions& options) {
+  const AttentionOptions attention = attention_options(options);
+  std::string error;
+  AttentionProblem problem;
+  try {
+    if (options.inputs_dir.empty()) {
+      problem = random_problem(AttentionShape{options.batch, options.seq, options.heads, options.kv_heads,
+                                              options.head_dim, options.dtype},
+                               attention, options.seed, options.backward);
+    } else {
+      problem = problem_from_directory(options, attention);
+    }
+  } catch (const Error& failure) {
+    error = failure.what();
+  }
+  agree_on_call(world, error, {});
+  return problem;
+}
+
+// The slowest rank's profile (largest total), so that the report shows what a step of the
+// whole job costs.
+Profile slowest_rank(Communicator& world, const Profile& mine) {
+  std::vector<double> totals(static_cast<std::size_t>(world.size()));
+  world.host_all_gather(&mine.total_ms, totals.data(), sizeof(double));
+  const int slowest = static_cast<int>(std::max_element(totals.begin(), totals.end()) - totals.begin());
+  double fields[3] = {mine.total_ms, mine.compute_ms, mine.comm_wait_ms};
+  std::vector<double> everyone(3 * static_cast<std::size_t>(world.size()));
+  world.host_all_gather(fields, everyone.data(), sizeof fields);
+  Profile profile = mine;
+  profile.total_ms = everyone[3 * static_cast<std::size_t>(slowest)];
+  profile.compute_ms = everyone[3 * static_cast<std::size_t>(slowest) + 1];
+  profile.comm_wait_ms = everyone[3 * static_cast<std::size_t>(slowest) + 2];
+  return profile;
+}
+
+void write_outputs(const std::string& directory, const AttentionOutputs& outputs) {
+  std::filesystem::create_directories(directory);
+  const std::pair<const char*, const HostTensor*> files[] = {{"out.npy", &outputs.out}, {"lse.npy", &outputs.lse},
+                                                             {"dq.npy", &outputs.dq},   {"dk.npy", &outputs.dk},
+                                                             {"dv.npy", &outputs.dv}};
+  for (const auto& [name, tensor] : files) {
+    if (tensor->empty()) continue;
+    const TensorView& view = tensor->view();
+    std::vector<float> values(static_cast<std::size_t>(view.numel()));
+    for (int64_t i = 0; i < view.numel(); ++i) values[static_cast<std::size_t>(i)] = static_cast<float>(tensor->at(i));
+    std::vector<int64_t> shape(view.shape.begin(), view.shape.begin() + view.ndim);
+    write_npy((std::filesystem::path(directory) / name).string(), values.data(), shape);
+  }
+}
+
+}  // namespace
+
+int run_command(const RunOptions& given) {
+  RunOptions options = given;
+  choose_cpu_threads(options);
+  MpiCommunicator world;
+  const AttentionProblem problem = agreed_problem(world, options);
+  const Algorithm algorithm = parse_algorithm(options.algorithm);
+  const StrategyRun run = run_strategy(world, algorithm, problem, options.warmup, options.iters, options.profile_steps);
+
+  RunReport report;
+  report.options = options;
+  report.ranks = world.size();
+  report.threads_per_rank = cpu_threads();
+  const double flop = forward_flop(options);
+  report.forward.profile = slowest_rank(world, run.forward);
+  report.forward.tflops = flop / (report.forward.profile.total_ms * 1e-3) * 1e-12;
+  if (options.backward) {
+    PassTiming backward{slowest_rank(world, run.backward), 0};
+    backward.tflops = 2.5 * flop / (backward.profile.total_ms * 1e-3) * 1e-12;
+    report.backward = backward;
+  }
+
+  // Rank 0 checks, writes and reports; every rank then exits with rank 0's verdict.
+  int status = 0;
+  std::string error;
+  if (world.rank() == 0) {
+    try {
+      if (options.check) {
+        auto alone = MpiCommunicator::this_process_only();
+        const StrategyRun single = run_strategy(*alone, algorithm, problem, 0, 1, false);
+        const ReferenceResult reference = reference_attention(problem.q.view(), problem.k.view(), problem.v.view(),
+                                                              problem.dout.view(), problem.options);
+        report.errors = compare_with_reference(run.outputs, single.outputs, reference);
+        if (!all_pass(*report.errors)) status = 1;
+      }
+      if (!options.outputs_dir.empty()) write_outputs(options.outputs_dir, run.outputs);
+      std::cout << (options.json ? format_json(report) : format_table(report)) << std::endl;
+    } catch (const Error& failure) {
+      error = failure.what();
+    }
+  }
+  agree_on_call(world, error, {});
+  std::vector<int> statuses(static_cast<std::size_t>(world.size()));
+  world.host_all_gather(&status, statuses.data(), sizeof status);
+  return statuses.front();
+}
+
+}  // namespace spattn::app

@@ -1,0 +1,151 @@
+#include "run_report.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <iomanip>
+#include <sstream>
+
+namespace spattn::app {
+
+double forward_flop(const RunOptions& options) {
+  const double S = static_cast<double>(options.seq);
+  const double per_pair = 4.0 * static_cast<double>(options.batch * options.heads * options.head_dim);
+  const bool windowed = options.window_left >= 0 || (options.window_right >= 0 && !options.causal);
+  if (!windowed) return per_pair * S * S * (options.causal ? 0.5 : 1.0);
+  const int64_t right = options.causal ? std::min<int64_t>(options.window_right < 0 ? 0 : options.window_right, 0)
+                                       : options.window_right;
+  double pairs = 0;
+  for (int64_t query = 0; query < options.seq; ++query) {
+    const int64_t first = options.window_left < 0 ? 0 : std::max<int64_t>(0, query - options.window_left);
+    const int64_t last = right < 0 ? options.seq - 1 : std::min<int64_t>(options.seq - 1, query + right);
+    pairs += static_cast<double>(std::max<int64_t>(0, last - first + 1));
+  }
+  return per_pair * pairs;
+}
+
+namespace {
+
+std::string window_text(const RunOptions& options) {
+  if (options.window_left < 0 && options.window_right < 0) return "none";
+  return std::to_string(options.window_left) + "," + std::to_string(options.window_right);
+}
+
+std::string number(double value, int precision = 3) {
+  std::ostringstream text;
+  text << std::fixed << std::setprecision(precision) << value;
+  return text.str();
+}
+
+std::string scientific(double value) {
+  std::ostringstream text;
+  text << std::scientific << std::setprecision(2) << value;
+  return text.str();
+}
+
+// JSON has no infinity: a failed comparison's error prints as null.
+std::string json_number(double value) {
+  if (!std::isfinite(value)) return "null";
+  std::ostringstream text;
+  text << std::setprecision(6) << value;
+  return text.str();
+}
+
+void table_row(std::ostringstream& text, const std::vector<std::string>& cells, const std::vector<int>& widths) {
+  for (std::size_t i = 0; i < cells.size(); ++i) text << std::left << std::setw(widths[i]) << cells[i];
+  text << "\n";
+}
+
+void timing_rows(std::ostringstream& text, const char* pass, const PassTiming& timing,
+                 const std::vector<int>& widths) {
+  const Profile& profile = timing.profile;
+  table_row(text,
+            {pass, number(profile.total_ms), number(profile.compute_ms), number(profile.comm_wait_ms),
+             number(timing.tflops, 4)},
+            widths);
+}
+
+void step_rows(std::ostringstream& text, const char* pass, const Profile& profile) {
+  if (profile.steps.empty()) return;
+  text << "\n" << pass << " per step (rank 0)\n";
+  const std::vector<int> widths = {8, 14, 14};
+  table_row(text, {"step", "compute ms", "comm wait ms"}, widths);
+  for (std::size_t step = 0; step < profile.steps.size(); ++step)
+    table_row(text, {std::to_string(step), number(profile.steps[step].compute_ms), number(profile.steps[step].comm_wait_ms)},
+              widths);
+}
+
+}  // namespace
+
+std::string format_table(const RunReport& report) {
+  const RunOptions& o = report.options;
+  std::ostringstream text;
+  text << "spattn run: " << o.algorithm << " on " << report.ranks << " rank" << (report.ranks == 1 ? "" : "s") << " x "
+       << report.threads_per_rank << " thread" << (report.threads_per_rank == 1 ? "" : "s") << " (cpu)\n"
+       << "  shape B=" << o.batch << " S=" << o.seq << " H=" << o.heads << " HK=" << o.kv_heads << " D=" << o.head_dim
+       << "  " << dtype_name(o.dtype) << "  causal=" << (o.causal ? "yes" : "no") << "  window=" << window_text(o)
+       << "  S/rank=" << o.seq / report.ranks << "\n"
+       << "  " << (o.inputs_dir.empty() ? "random inputs, seed " + std::to_string(o.seed) : "inputs from " + o.inputs_dir)
+       << ", mean of " << o.iters << " timed iteration" << (o.iters == 1 ? "" : "s") << " after " << o.warmup
+       << " warm-up; times are the slowest rank's\n\n";
+  const std::vector<int> widths = {12, 12, 14, 14, 10};
+  table_row(text, {"pass", "total ms", "compute ms", "comm wait ms", "TFLOP/s"}, widths);
+  timing_rows(text, "forward", report.forward, widths);
+  if (report.backward) timing_rows(text, "backward", *report.backward, widths);
+  step_rows(text, "forward", report.forward.profile);
+  if (report.backward) step_rows(text, "backward", report.backward->profile);
+  if (report.errors) {
+    text << "\ncheck: max |error| against the fp64 reference; pass when distributed <= 2 x single-rank + floor\n";
+    const std::vector<int> error_widths = {8, 14, 14, 14, 6};
+    table_row(text, {"output", "distributed", "single rank", "bound", "pass"}, error_widths);
+    for (const OutputError& error : *report.errors)
+      table_row(text,
+                {error.name, scientific(error.distributed), scientific(error.single_rank), scientific(error.bound),
+                 error.pass ? "yes" : "NO"},
+                error_widths);
+    text << "check " << (all_pass(*report.errors) ? "PASSED" : "FAILED") << "\n";
+  }
+  return text.str();
+}
+
+std::string format_json(const RunReport& report) {
+  const RunOptions& o = report.options;
+  std::ostringstream json;
+  auto pass_json = [&](const PassTiming& timing) {
+    json << "{\"total\": " << json_number(timing.profile.total_ms) << ", \"comm\": "
+         << json_number(timing.profile.comm_wait_ms) << ", \"compute\": " << json_number(timing.profile.compute_ms)
+         << "}";
+  };
+  json << "{\"algo\": \"" << o.algorithm << "\", \"ranks\": " << report.ranks
+       << ", \"threads_per_rank\": " << report.threads_per_rank << ", \"device\": \"cpu\""
+       << ", \"shape\": {\"batch\": " << o.batch << ", \"seq\": " << o.seq << ", \"heads\": " << o.heads
+       << ", \"kv_heads\": " << o.kv_heads << ", \"head_dim\": " << o.head_dim << "}"
+       << ", \"dtype\": \"" << dtype_name(o.dtype) << "\", \"causal\": " << (o.causal ? "true" : "false")
+       << ", \"window\": [" << o.window_left << ", " << o.window_right << "]"
+       << ", \"backward\": " << (report.backward ? "true" : "false") << ", \"iters\": " << o.iters
+       << ", \"seed\": " << o.seed << ", \"time_ms\": {\"forward\": ";
+  pass_json(report.forward);
+  if (report.backward) {
+    json << ", \"backward\": ";
+    pass_json(*report.backward);
+  }
+  json << "}, \"tflops\": {\"forward\": " << json_number(report.forward.tflops);
+  if (report.backward) json << ", \"backward\": " << json_number(report.backward->tflops);
+  json << "}, \"max_errors\": ";
+  if (!report.errors) {
+    json << "null, \"check\": null";
+  } else {
+    json << "{";
+    bool first = true;
+    for (const OutputError& error : *report.errors) {
+      json << (first ? "" : ", ") << "\"" << error.name << "\": {\"distributed\": " << json_number(error.distributed)
+           << ", \"single_rank\": " << json_number(error.single_rank) << ", \"bound\": " << json_number(error.bound)
+           << ", \"pass\": " << (error.pass ? "true" : "false") << "}";
+      first = false;
+    }
+    json << "}, \"check\": \"" << (all_pass(*report.errors) ? "pass" : "fail") << "\"";
+  }
+  json << "}";
+  return json.str();
+}
+
+}  // namespace spattn::app

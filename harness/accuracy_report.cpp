@@ -1,0 +1,73 @@
+#include "accuracy_report.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace spattn {
+
+namespace {
+
+// Relative to the largest reference magnitude: the floor under the 2x criterion, so that two
+// runs that both match the reference to fp32 round-off are not told apart by noise.
+constexpr double kRelativeFloor = 1e-6;
+
+// max |x - reference|; +inf when x has a non-finite element where the reference is finite (an
+// unwritten, NaN-poisoned element included). Elements where both are -inf (lse of rows that see
+// no key) agree.
+double max_error(const HostTensor& x, const std::vector<double>& reference) {
+  double worst = 0;
+  for (std::size_t i = 0; i < reference.size(); ++i) {
+    const double value = x.at(static_cast<int64_t>(i));
+    const double expected = reference[i];
+    if (std::isinf(expected) && value == expected) continue;
+    if (!std::isfinite(value)) return std::numeric_limits<double>::infinity();
+    worst = std::max(worst, std::abs(value - expected));
+  }
+  return worst;
+}
+
+double max_magnitude(const std::vector<double>& values) {
+  double largest = 0;
+  for (double value : values)
+    if (std::isfinite(value)) largest = std::max(largest, std::abs(value));
+  return largest;
+}
+
+}  // namespace
+
+std::vector<OutputError> compare_with_reference(const AttentionOutputs& distributed,
+                                                const AttentionOutputs& single_rank,
+                                                const ReferenceResult& reference) {
+  struct Output {
+    const char* name;
+    const HostTensor& distributed;
+    const HostTensor& single_rank;
+    const std::vector<double>& reference;
+  };
+  const Output outputs[] = {{"out", distributed.out, single_rank.out, reference.out},
+                            {"lse", distributed.lse, single_rank.lse, reference.lse},
+                            {"dq", distributed.dq, single_rank.dq, reference.dq},
+                            {"dk", distributed.dk, single_rank.dk, reference.dk},
+                            {"dv", distributed.dv, single_rank.dv, reference.dv}};
+  std::vector<OutputError> errors;
+  for (const Output& output : outputs) {
+    if (output.distributed.empty()) continue;
+    OutputError error;
+    error.name = output.name;
+    const bool sizes_match = output.reference.size() == static_cast<std::size_t>(output.distributed.view().numel()) &&
+                             output.reference.size() == static_cast<std::size_t>(output.single_rank.view().numel());
+    error.distributed = sizes_match ? max_error(output.distributed, output.reference) : std::numeric_limits<double>::infinity();
+    error.single_rank = sizes_match ? max_error(output.single_rank, output.reference) : std::numeric_limits<double>::infinity();
+    error.bound = 2 * error.single_rank + kRelativeFloor * max_magnitude(output.reference);
+    error.pass = error.distributed <= error.bound;
+    errors.push_back(error);
+  }
+  return errors;
+}
+
+bool all_pass(const std::vector<OutputError>& errors) {
+  return !errors.empty() && std::all_of(errors.begin(), errors.end(), [](const OutputError& e) { return e.pass; });
+}
+
+}  // namespace spattn

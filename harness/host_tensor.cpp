@@ -1,0 +1,61 @@
+#include "host_tensor.hpp"
+
+#include <cstring>
+#include <limits>
+#include <random>
+
+#include "core/dtype_conversion.hpp"
+
+namespace spattn {
+
+HostTensor::HostTensor(DType dtype, std::initializer_list<int64_t> shape) {
+  view_ = TensorView::contiguous(nullptr, dtype, shape);
+  bytes_.resize(static_cast<std::size_t>(view_.numel()) * dtype_size(dtype));
+  view_.data = bytes_.data();
+}
+
+HostTensor::HostTensor(const HostTensor& other) : bytes_(other.bytes_), view_(other.view_) {
+  view_.data = bytes_.data();
+}
+
+HostTensor& HostTensor::operator=(const HostTensor& other) {
+  bytes_ = other.bytes_;
+  view_ = other.view_;
+  view_.data = bytes_.data();
+  return *this;
+}
+
+double HostTensor::at(int64_t index) const {
+  const unsigned char* element = bytes_.data() + static_cast<std::size_t>(index) * dtype_size(view_.dtype);
+  if (view_.dtype == DType::f32) {
+    float value;
+    std::memcpy(&value, element, sizeof value);
+    return value;
+  }
+  uint16_t bits;
+  std::memcpy(&bits, element, sizeof bits);
+  return view_.dtype == DType::f16 ? fp16_to_float(bits) : bf16_to_float(bits);
+}
+
+void HostTensor::set(int64_t index, double value) {
+  unsigned char* element = bytes_.data() + static_cast<std::size_t>(index) * dtype_size(view_.dtype);
+  const float narrowed = static_cast<float>(value);
+  if (view_.dtype == DType::f32) {
+    std::memcpy(element, &narrowed, sizeof narrowed);
+    return;
+  }
+  const uint16_t bits = view_.dtype == DType::f16 ? float_to_fp16(narrowed) : float_to_bf16(narrowed);
+  std::memcpy(element, &bits, sizeof bits);
+}
+
+void HostTensor::fill_normal(uint64_t seed) {
+  std::mt19937_64 generator(seed);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  for (int64_t i = 0; i < view_.numel(); ++i) set(i, normal(generator));
+}
+
+void HostTensor::fill_nan() {
+  for (int64_t i = 0; i < view_.numel(); ++i) set(i, std::numeric_limits<double>::quiet_NaN());
+}
+
+}  // namespace spattn

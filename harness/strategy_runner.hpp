@@ -1,0 +1,63 @@
+#pragma once
+// Runs a distributed attention strategy on a full-sequence problem the way a user would: shard
+// the inputs for the strategy's layout, call the strategy (timed), gather and unshard the
+// outputs. Shared by the `spattn` program and the distributed tests.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "host_tensor.hpp"
+#include "spattn/attention_options.hpp"
+#include "spattn/attention_shape.hpp"
+#include "spattn/communicator.hpp"
+#include "spattn/profile.hpp"
+#include "spattn/sequence_layout.hpp"
+
+namespace spattn {
+
+enum class Algorithm { ring, zigzag };
+
+/// Every algorithm with its command-line name, in the order help texts list them.
+const std::vector<std::pair<std::string, Algorithm>>& algorithm_names();
+std::string algorithm_name(Algorithm algorithm);
+/// Throws Error naming the allowed names.
+Algorithm parse_algorithm(const std::string& name);
+
+/// A full-sequence problem, identical on every rank.
+struct AttentionProblem {
+  AttentionShape shape;
+  AttentionOptions options;
+  HostTensor q;     // (B, S, H, D)
+  HostTensor k;     // (B, S, HK, D)
+  HostTensor v;     // (B, S, HK, D)
+  HostTensor dout;  // (B, S, H, D); empty for forward only
+};
+
+/// Fresh standard-normal inputs in shape.dtype from `seed` (each tensor its own stream).
+AttentionProblem random_problem(const AttentionShape& shape, const AttentionOptions& options, uint64_t seed,
+                                bool backward);
+
+/// Full-sequence outputs: out (B, S, H, D) dtype, lse (B, H, S) fp32, and with backward
+/// dq (B, S, H, D), dk and dv (B, S, HK, D).
+struct AttentionOutputs {
+  HostTensor out;
+  HostTensor lse;
+  HostTensor dq;
+  HostTensor dk;
+  HostTensor dv;
+};
+
+struct StrategyRun {
+  AttentionOutputs outputs;
+  Profile forward;   // this rank's mean over the timed iterations
+  Profile backward;  // likewise; zero without backward
+};
+
+/// Runs `algorithm` over `communicator` on `problem`: `warmup` untimed and `iterations` timed
+/// calls (forward, then backward when the problem has dout). Outputs are poisoned with NaN
+/// before the first call. Collective.
+StrategyRun run_strategy(Communicator& communicator, Algorithm algorithm, const AttentionProblem& problem,
+                         int warmup, int iterations, bool per_step_profile);
+
+}  // namespace spattn

@@ -1,0 +1,45 @@
+#pragma once
+/// \file attention_options.hpp
+/// What attention computes: the mask in global token positions and the softmax scale.
+
+#include <cstdint>
+#include <optional>
+
+namespace spattn {
+
+/// Options shared by every strategy. Positions are global (in the full sequence), so a mask
+/// means the same on every rank and at every step.
+struct AttentionOptions {
+  /// Query i sees only keys j <= i.
+  bool causal = false;
+  /// Sliding window as flash-attn defines it: query i sees keys j with
+  /// i - window_left <= j <= i + window_right; -1 means unbounded on that side.
+  /// causal caps window_right at 0.
+  int64_t window_left = -1;
+  int64_t window_right = -1;
+  /// Softmax scale; 1/sqrt(head_dim) when unset.
+  std::optional<float> softmax_scale;
+};
+
+/// The visibility rule of AttentionOptions as two bounds: query i sees key j when
+/// i - left <= j <= i + right, where a negative bound is unbounded.
+struct AttentionMask {
+  int64_t left = -1;
+  int64_t right = -1;
+
+  static AttentionMask from_options(const AttentionOptions& options);
+
+  bool visible(int64_t query, int64_t key) const {
+    return (left < 0 || key >= query - left) && (right < 0 || key <= query + right);
+  }
+  /// Lowest visible key of `query` (may be below 0: clamp to the segment).
+  int64_t first_visible_key(int64_t query) const { return left < 0 ? INT64_MIN / 2 : query - left; }
+  /// Highest visible key of `query` (may be past the end: clamp to the segment).
+  int64_t last_visible_key(int64_t query) const { return right < 0 ? INT64_MAX / 2 : query + right; }
+  /// Whether any query in [q_begin, q_end) sees any key in [k_begin, k_end).
+  bool any_visible(int64_t q_begin, int64_t q_end, int64_t k_begin, int64_t k_end) const;
+  /// Whether every query in [q_begin, q_end) sees every key in [k_begin, k_end).
+  bool all_visible(int64_t q_begin, int64_t q_end, int64_t k_begin, int64_t k_end) const;
+};
+
+}  // namespace spattn

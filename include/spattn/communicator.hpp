@@ -1,0 +1,78 @@
+#pragma once
+/// \file communicator.hpp
+/// How ranks exchange data: batches of point-to-point transfers and collectives, each started
+/// and later waited on, so that a transfer overlaps compute (MPI requests on the CPU, a
+/// communication stream on CUDA).
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "spattn/device.hpp"
+
+namespace spattn {
+
+/// A buffer to send to, or receive from, one peer rank.
+struct PeerBuffer {
+  void* data = nullptr;
+  std::size_t bytes = 0;
+  int peer = -1;
+};
+
+/// Transfers started together; wait() completes all of them.
+struct TransferBatch {
+  std::vector<PeerBuffer> sends;
+  std::vector<PeerBuffer> receives;
+};
+
+/// An in-flight transfer, completed by Communicator::wait.
+class PendingTransfer {
+ public:
+  virtual ~PendingTransfer() = default;
+};
+
+/// The communication interface that every strategy is written against.
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  /// Where the buffers passed to the data-plane calls live.
+  virtual Device device() const = 0;
+
+  /// Starts every send and receive of `batch` at once: deadlock-free at any rank count and in
+  /// any order of peers. Buffers must stay valid until wait().
+  virtual std::unique_ptr<PendingTransfer> start(const TransferBatch& batch) = 0;
+
+  /// Starts an all-to-all: block i of `send` (bytes_per_rank bytes) goes to rank i, and block j
+  /// of `receive` comes from rank j.
+  virtual std::unique_ptr<PendingTransfer> start_all_to_all(const void* send, void* receive,
+                                                            std::size_t bytes_per_rank) = 0;
+
+  /// Starts an all-gather: block j of `receive` (bytes_per_rank bytes) is rank j's `send`.
+  virtual std::unique_ptr<PendingTransfer> start_all_gather(const void* send, void* receive,
+                                                            std::size_t bytes_per_rank) = 0;
+
+  /// Completes a started transfer; on CUDA it orders the caller's stream after it instead of
+  /// blocking the host.
+  virtual void wait(PendingTransfer& transfer) = 0;
+
+  /// Blocks until every rank arrives.
+  virtual void barrier() = 0;
+
+  /// Control plane: an all-gather of small host buffers, used to agree on validation verdicts
+  /// before any data moves. Blocking.
+  virtual void host_all_gather(const void* send, void* receive, std::size_t bytes_per_rank) = 0;
+};
+
+/// Agreement before any transfer, in one small collective. Every rank passes its own verdict
+/// (empty when its inputs are valid) and a signature of the call (the numbers every rank must
+/// agree on: global shape, dtype, mask, ...). When any verdict is an error, or any signature
+/// differs from rank 0's, every rank throws the same Error, naming the rank at fault.
+void agree_on_call(Communicator& communicator, const std::string& local_error,
+                   const std::vector<int64_t>& call_signature);
+
+}  // namespace spattn

@@ -1,0 +1,35 @@
+#pragma once
+/// \file error.hpp
+/// The one exception type of spattn and the checks that throw it.
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace spattn {
+
+/// Every error spattn reports: the message names the bad value and what is allowed.
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& message) : std::runtime_error(message) {}
+};
+
+namespace detail {
+[[noreturn]] void throw_error(const char* file, int line, const std::string& message);
+}  // namespace detail
+
+}  // namespace spattn
+
+/// Throws spattn::Error with a streamed message when `condition` is false, e.g.
+/// SPATTN_CHECK(heads % kv_heads == 0, "heads (" << heads << ") must be divisible by ...").
+#define SPATTN_CHECK(condition, message_stream)                                 \
+  do {                                                                          \
+    if (!(condition)) {                                                         \
+      std::ostringstream spattn_check_stream_;                                  \
+      spattn_check_stream_ << message_stream;                                   \
+      ::spattn::detail::throw_error(__FILE__, __LINE__, spattn_check_stream_.str()); \
+    }                                                                           \
+  } while (false)
+
+/// Throws spattn::Error unconditionally with a streamed message.
+#define SPATTN_FAIL(message_stream) SPATTN_CHECK(false, message_stream)

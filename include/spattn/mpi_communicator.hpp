@@ -1,0 +1,45 @@
+#pragma once
+/// \file mpi_communicator.hpp
+/// The Communicator over MPI, for host memory.
+
+#include <memory>
+
+#include "spattn/communicator.hpp"
+
+namespace spattn {
+
+/// A Communicator over an MPI communicator. Initializes MPI when nobody has (and finalizes it
+/// at exit in that case); duplicates the given communicator so spattn's traffic never meets
+/// the caller's.
+class MpiCommunicator final : public Communicator {
+ public:
+  /// Over MPI_COMM_WORLD.
+  MpiCommunicator();
+  /// Over a caller's MPI communicator, passed as its handle (MPI_Comm) cast to void* so this
+  /// header needs no mpi.h.
+  explicit MpiCommunicator(void* mpi_comm_handle);
+  /// A communicator of this process alone (MPI_COMM_SELF): the single-rank runs of checks.
+  static std::unique_ptr<MpiCommunicator> this_process_only();
+  ~MpiCommunicator() override;
+  MpiCommunicator(const MpiCommunicator&) = delete;
+  MpiCommunicator& operator=(const MpiCommunicator&) = delete;
+
+  int rank() const override;
+  int size() const override;
+  Device device() const override { return Device::cpu(); }
+
+  std::unique_ptr<PendingTransfer> start(const TransferBatch& batch) override;
+  std::unique_ptr<PendingTransfer> start_all_to_all(const void* send, void* receive,
+                                                    std::size_t bytes_per_rank) override;
+  std::unique_ptr<PendingTransfer> start_all_gather(const void* send, void* receive,
+                                                    std::size_t bytes_per_rank) override;
+  void wait(PendingTransfer& transfer) override;
+  void barrier() override;
+  void host_all_gather(const void* send, void* receive, std::size_t bytes_per_rank) override;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace spattn

@@ -1,0 +1,65 @@
+#pragma once
+/// \file sequence_layout.hpp
+/// How a global sequence is split over ranks, and the helpers that split a full tensor into a
+/// rank's shard and put shards back, so users never reorder tokens by hand.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "spattn/tensor.hpp"
+
+namespace spattn {
+
+enum class LayoutKind {
+  /// Rank r holds tokens [r * S/N, (r + 1) * S/N). Needs S % N == 0.
+  contiguous,
+  /// The sequence is cut into 2N chunks; rank r holds chunks r and 2N-1-r, so that under a
+  /// causal mask every rank has the same work. Needs S % 2N == 0.
+  zigzag,
+};
+
+/// "contiguous" or "zigzag".
+std::string layout_name(LayoutKind kind);
+
+/// A stretch of the global sequence held by one rank.
+struct SequenceChunk {
+  int64_t position = 0;      // global position of its first token
+  int64_t length = 0;        // tokens
+  int64_t local_offset = 0;  // where it starts in the rank's shard
+};
+
+/// The split of a sequence of `global_length` tokens over `ranks` ranks.
+class SequenceLayout {
+ public:
+  /// Throws Error when the length cannot be split this way, naming the nearest valid lengths.
+  SequenceLayout(LayoutKind kind, int64_t global_length, int ranks);
+
+  /// An empty string when `global_length` splits over `ranks` in this layout, else the reason
+  /// with the nearest valid lengths.
+  static std::string split_error(LayoutKind kind, int64_t global_length, int ranks);
+
+  LayoutKind kind() const { return kind_; }
+  int64_t global_length() const { return global_length_; }
+  int ranks() const { return ranks_; }
+  /// Tokens per rank: S / N.
+  int64_t local_length() const { return global_length_ / ranks_; }
+  /// The chunks of `rank`, in the order they sit in its shard.
+  std::vector<SequenceChunk> chunks(int rank) const;
+
+ private:
+  LayoutKind kind_;
+  int64_t global_length_;
+  int ranks_;
+};
+
+/// Copies rank `rank`'s shard of `full` (the whole sequence along `seq_dim`) into `local`.
+/// Both on the host, same dtype; other dimensions equal. seq_dim is 1 for BSHD, 2 for lse (B, H, S).
+void shard_sequence(const SequenceLayout& layout, int rank, const TensorView& full, TensorView local,
+                    int seq_dim = 1);
+
+/// The inverse of shard_sequence: writes `local` into its place in `full`.
+void unshard_sequence(const SequenceLayout& layout, int rank, const TensorView& local, TensorView full,
+                      int seq_dim = 1);
+
+}  // namespace spattn

@@ -1,0 +1,31 @@
+#include <algorithm>
+
+#include "spattn/attention_options.hpp"
+
+namespace spattn {
+
+AttentionMask AttentionMask::from_options(const AttentionOptions& options) {
+  AttentionMask mask{options.window_left, options.window_right};
+  if (options.causal) mask.right = mask.right < 0 ? 0 : std::min<int64_t>(mask.right, 0);
+  return mask;
+}
+
+bool AttentionMask::any_visible(int64_t q_begin, int64_t q_end, int64_t k_begin, int64_t k_end) const {
+  if (q_begin >= q_end || k_begin >= k_end) return false;
+  // The visible keys of query i form the interval [i - left, i + right]; both ends grow with i,
+  // so the union over the query range is [q_begin - left, q_end - 1 + right].
+  const int64_t lowest = first_visible_key(q_begin);
+  const int64_t highest = last_visible_key(q_end - 1);
+  if (highest < k_begin || lowest > k_end - 1) return false;
+  // Intervals of consecutive queries overlap or touch only if left + right >= 0, which holds
+  // for every allowed window (both bounds >= 0 or unbounded); so the union has no gaps.
+  return true;
+}
+
+bool AttentionMask::all_visible(int64_t q_begin, int64_t q_end, int64_t k_begin, int64_t k_end) const {
+  if (q_begin >= q_end || k_begin >= k_end) return true;
+  // The most restrictive queries: the last for the left bound, the first for the right bound.
+  return first_visible_key(q_end - 1) <= k_begin && last_visible_key(q_begin) >= k_end - 1;
+}
+
+}  // namespace spattn

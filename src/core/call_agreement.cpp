@@ -1,0 +1,74 @@
+#include <algorithm>
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "spattn/communicator.hpp"
+#include "spattn/error.hpp"
+
+namespace spattn {
+
+namespace {
+
+// Each rank contributes one fixed-size record, so one all-gather carries every verdict.
+constexpr std::size_t kMaxSignature = 24;
+constexpr std::size_t kMessageBytes = 1024;
+
+struct CallRecord {
+  int64_t failed = 0;
+  int64_t signature_length = 0;
+  int64_t signature[kMaxSignature] = {};
+  char message[kMessageBytes] = {};
+};
+
+std::string describe_signature(const CallRecord& record) {
+  std::ostringstream text;
+  text << "(";
+  for (int64_t i = 0; i < record.signature_length; ++i) text << (i ? ", " : "") << record.signature[i];
+  text << ")";
+  return text.str();
+}
+
+std::string without_prefix(std::string message) {
+  const std::string prefix = "spattn: ";
+  if (message.compare(0, prefix.size(), prefix) == 0) message.erase(0, prefix.size());
+  return message;
+}
+
+}  // namespace
+
+void agree_on_call(Communicator& communicator, const std::string& local_error,
+                   const std::vector<int64_t>& call_signature) {
+  SPATTN_CHECK(call_signature.size() <= kMaxSignature,
+               "a call signature has at most " << kMaxSignature << " numbers, got " << call_signature.size());
+  CallRecord mine;
+  mine.failed = local_error.empty() ? 0 : 1;
+  mine.signature_length = static_cast<int64_t>(call_signature.size());
+  std::copy(call_signature.begin(), call_signature.end(), mine.signature);
+  std::memcpy(mine.message, local_error.data(), std::min(local_error.size(), kMessageBytes - 1));
+
+  const int ranks = communicator.size();
+  std::vector<CallRecord> records(static_cast<std::size_t>(ranks));
+  communicator.host_all_gather(&mine, records.data(), sizeof(CallRecord));
+
+  for (int rank = 0; rank < ranks; ++rank) {
+    const CallRecord& record = records[static_cast<std::size_t>(rank)];
+    if (!record.failed) continue;
+    const std::string message = without_prefix(std::string(record.message, strnlen(record.message, kMessageBytes)));
+    if (rank == communicator.rank()) throw Error("spattn: " + message);
+    throw Error("spattn: rank " + std::to_string(rank) + " rejected the call: " + message);
+  }
+  const CallRecord& first = records.front();
+  for (int rank = 1; rank < ranks; ++rank) {
+    const CallRecord& record = records[static_cast<std::size_t>(rank)];
+    const bool same = record.signature_length == first.signature_length &&
+                      std::equal(record.signature, record.signature + record.signature_length, first.signature);
+    SPATTN_CHECK(same, "ranks disagree on the call: rank 0 has " << describe_signature(first) << ", rank " << rank
+                                                                  << " has " << describe_signature(record)
+                                                                  << "; every rank must pass the same global shape, "
+                                                                     "dtype and options");
+  }
+}
+
+}  // namespace spattn

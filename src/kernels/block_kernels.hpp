@@ -1,0 +1,100 @@
+#pragma once
+// The kernel interface that strategies are written against: one implementation per device
+// (cpu here; cuda/cudnn later). Kernels know nothing of ranks, steps or strategies: a block is
+// queries at global positions against a list of key/value segments at global positions.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "spattn/attention_options.hpp"
+#include "spattn/tensor.hpp"
+
+namespace spattn {
+
+/// A contiguous stretch of keys and values of the global sequence.
+struct KvSegment {
+  TensorView k;          // (B, Sk, HK, D)
+  TensorView v;          // (B, Sk, HK, D)
+  int64_t position = 0;  // global position of token 0 of k and v
+};
+
+/// A segment with the gradient buffers its backward accumulates into.
+struct KvGradSegment {
+  KvSegment kv;
+  TensorView dk;  // (B, Sk, HK, D) fp32, accumulated: dk += this block's contribution
+  TensorView dv;  // (B, Sk, HK, D) fp32, accumulated: dv += this block's contribution
+};
+
+/// Forward of queries over the concatenation of `segments`. Writes the partial result of these
+/// keys only; a row that sees no key here gets out = 0 and lse = -inf.
+struct ForwardBlock {
+  TensorView q;            // (B, Sq, H, D), H % HK == 0 (GQA: head h reads kv head h / (H/HK))
+  int64_t q_position = 0;  // global position of query row 0
+  std::vector<KvSegment> segments;
+  AttentionMask mask;
+  float scale = 1.0f;
+  TensorView out;  // (B, Sq, H, D) fp32, written
+  TensorView lse;  // (B, H, Sq) fp32, written: log sum_j exp(scale * q.k_j) over visible keys
+};
+
+/// Backward of queries over the concatenation of `segments`, given the final lse and delta of
+/// the whole attention (not of this block). Accumulates into dq and every segment's dk, dv.
+struct BackwardBlock {
+  TensorView q;            // (B, Sq, H, D)
+  int64_t q_position = 0;  // global position of query row 0
+  std::vector<KvGradSegment> segments;
+  TensorView dout;   // (B, Sq, H, D)
+  TensorView lse;    // (B, H, Sq) fp32, final lse of the full attention; -inf rows are skipped
+  TensorView delta;  // (B, H, Sq) fp32, rowsum(dout * out) of the full attention
+  AttentionMask mask;
+  float scale = 1.0f;
+  TensorView dq;  // (B, Sq, H, D) fp32, accumulated: dq += this block's contribution
+};
+
+/// Block attention and the small element-wise operations around it, for one device.
+class BlockKernels {
+ public:
+  virtual ~BlockKernels() = default;
+
+  virtual Device device() const = 0;
+
+  virtual void forward(const ForwardBlock& block) = 0;
+  virtual void backward(const BackwardBlock& block) = 0;
+
+  /// Folds a partial result into the running one, stably:
+  ///   lse' = max(lse, lse_b) + log1p(exp(min(lse, lse_b) - max(lse, lse_b)))
+  ///   out' = out * exp(lse - lse') + out_b * exp(lse_b - lse')
+  /// Rows where both lse are -inf stay out = 0, lse = -inf.
+  virtual void merge(const TensorView& partial_out,  // (B, S, H, D) any dtype
+                     const TensorView& partial_lse,  // (B, H, S) fp32
+                     TensorView running_out,         // (B, S, H, D) fp32
+                     TensorView running_lse) = 0;    // (B, H, S) fp32
+
+  /// delta[b, h, i] = sum_d out[b, i, h, d] * dout[b, i, h, d], the softmax backward's row term.
+  virtual void softmax_delta(const TensorView& out,   // (B, S, H, D)
+                             const TensorView& dout,  // (B, S, H, D)
+                             TensorView delta) = 0;   // (B, H, S) fp32
+
+  /// dst = src element-wise, converting dtypes (rounding to nearest even), any strides,
+  /// same shape.
+  virtual void copy(const TensorView& src, TensorView dst) = 0;
+
+  virtual void fill(TensorView dst, float value) = 0;
+
+  /// destination += source, element-wise (fp32 accumulators, e.g. gradients arriving from a peer).
+  virtual void add(const TensorView& source, TensorView destination) = 0;
+
+  /// Device memory for workspaces, allocated once per plan, never inside a step loop.
+  virtual void* allocate(std::size_t bytes) = 0;
+  virtual void deallocate(void* pointer) = 0;
+};
+
+/// The kernels of `device`; throws Error when spattn was built without that device's backend.
+std::unique_ptr<BlockKernels> make_block_kernels(const Device& device);
+
+/// The CPU implementation (multi-threaded with OpenMP, tile products through BLAS).
+std::unique_ptr<BlockKernels> make_cpu_block_kernels();
+
+}  // namespace spattn

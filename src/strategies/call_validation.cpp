@@ -1,0 +1,69 @@
+#include "strategies/call_validation.hpp"
+
+#include <cmath>
+#include <cstring>
+#include <sstream>
+
+namespace spattn {
+
+std::string shape_and_options_error(const AttentionShape& shape, const AttentionOptions& options) {
+  std::ostringstream error;
+  if (shape.batch < 1) error << "batch must be at least 1, got " << shape.batch;
+  else if (shape.seq < 1) error << "sequence length must be at least 1, got " << shape.seq;
+  else if (shape.heads < 1) error << "heads must be at least 1, got " << shape.heads;
+  else if (shape.kv_heads < 1) error << "kv_heads must be at least 1, got " << shape.kv_heads;
+  else if (shape.heads % shape.kv_heads != 0)
+    error << "heads (" << shape.heads << ") must be divisible by kv_heads (" << shape.kv_heads
+          << "); every query head reads one kv head";
+  else if (shape.head_dim < 1 || shape.head_dim > kMaxHeadDim)
+    error << "head_dim " << shape.head_dim << " is not supported; allowed: 1 to " << kMaxHeadDim;
+  else if (options.window_left < -1 || options.window_right < -1)
+    error << "window (" << options.window_left << ", " << options.window_right
+          << ") is not allowed; each side is >= 0, or -1 for unbounded";
+  else if (options.softmax_scale && !(std::isfinite(*options.softmax_scale) && *options.softmax_scale > 0))
+    error << "softmax scale " << *options.softmax_scale << " is not allowed; it must be finite and > 0";
+  return error.str();
+}
+
+std::string tensor_error(const char* name, const TensorView& tensor, std::initializer_list<int64_t> expected_shape,
+                         DType expected_dtype, const Device& expected_device) {
+  std::ostringstream expected;
+  expected << "(";
+  int dim = 0;
+  bool shape_matches = tensor.ndim == static_cast<int>(expected_shape.size());
+  for (int64_t extent : expected_shape) {
+    expected << (dim ? ", " : "") << extent;
+    if (shape_matches && tensor.size(dim) != extent) shape_matches = false;
+    ++dim;
+  }
+  expected << ")";
+  std::ostringstream error;
+  if (tensor.data == nullptr && tensor.numel() > 0) error << name << " has no data (null pointer)";
+  else if (!shape_matches) error << name << " has shape " << tensor.describe() << "; expected " << expected.str();
+  else if (tensor.dtype != expected_dtype)
+    error << name << " is " << dtype_name(tensor.dtype) << "; expected " << dtype_name(expected_dtype);
+  else if (tensor.device != expected_device)
+    error << name << " is on " << device_name(tensor.device) << "; expected " << device_name(expected_device);
+  return error.str();
+}
+
+std::string first_error(std::initializer_list<std::string> errors) {
+  for (const std::string& error : errors)
+    if (!error.empty()) return error;
+  return "";
+}
+
+std::vector<int64_t> call_signature(int64_t strategy_id, const AttentionShape& shape, const AttentionOptions& options) {
+  int32_t scale_bits = 0;
+  if (options.softmax_scale) std::memcpy(&scale_bits, &*options.softmax_scale, sizeof scale_bits);
+  return {strategy_id,         shape.batch,         shape.seq,
+          shape.heads,         shape.kv_heads,      shape.head_dim,
+          static_cast<int64_t>(shape.dtype), options.causal ? 1 : 0, options.window_left,
+          options.window_right, options.softmax_scale ? 1 : 0, scale_bits};
+}
+
+float resolved_scale(const AttentionShape& shape, const AttentionOptions& options) {
+  return options.softmax_scale ? *options.softmax_scale : 1.0f / std::sqrt(static_cast<float>(shape.head_dim));
+}
+
+}  // namespace spattn

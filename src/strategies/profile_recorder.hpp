@@ -1,0 +1,63 @@
+#pragma once
+// Fills a Profile (when the caller asked for one) with wall time split into compute and waiting
+// on communication, per step on request.
+
+#include <chrono>
+#include <utility>
+
+#include "spattn/profile.hpp"
+
+namespace spattn {
+
+class ProfileRecorder {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  /// Starts the call's clock; `profile` may be null (then nothing is recorded).
+  ProfileRecorder(Profile* profile, int steps) : profile_(profile), call_start_(Clock::now()) {
+    if (!profile_) return;
+    *profile_ = Profile{profile_->per_step, 0, 0, 0, {}};
+    if (profile_->per_step) profile_->steps.assign(static_cast<std::size_t>(steps), StepTiming{});
+  }
+
+  /// Runs `work`, counting its time as compute of `step`.
+  template <typename Work>
+  void compute(int step, Work&& work) {
+    timed(step, &StepTiming::compute_ms, &Profile::compute_ms, std::forward<Work>(work));
+  }
+
+  /// Runs `wait`, counting its time as waiting on communication in `step`.
+  template <typename Wait>
+  void communication(int step, Wait&& wait) {
+    timed(step, &StepTiming::comm_wait_ms, &Profile::comm_wait_ms, std::forward<Wait>(wait));
+  }
+
+  /// Sets the call's total time.
+  void finish() {
+    if (profile_) profile_->total_ms = milliseconds_since(call_start_);
+  }
+
+ private:
+  static double milliseconds_since(Clock::time_point start) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  }
+
+  template <typename Work>
+  void timed(int step, double StepTiming::*step_field, double Profile::*total_field, Work&& work) {
+    if (!profile_) {
+      work();
+      return;
+    }
+    const Clock::time_point start = Clock::now();
+    work();
+    const double elapsed = milliseconds_since(start);
+    profile_->*total_field += elapsed;
+    if (profile_->per_step && step >= 0 && step < static_cast<int>(profile_->steps.size()))
+      profile_->steps[static_cast<std::size_t>(step)].*step_field += elapsed;
+  }
+
+  Profile* profile_;
+  Clock::time_point call_start_;
+};
+
+}  // namespace spattn

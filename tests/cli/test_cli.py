@@ -1,0 +1,153 @@
+"""End-to-end tests of the `spattn` program under mpirun: .npy inputs and outputs checked against
+an independent fp64 attention written here in plain Python, and the exit status and message of
+bad input. Usage: python3 test_cli.py PATH_TO_SPATTN (standard library only)."""
+
+import math
+import os
+import random
+import struct
+import subprocess
+import sys
+import tempfile
+import unittest
+
+SPATTN = None
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_NUM_THREADS="1")
+
+
+def write_npy(path, values, shape, descr="<f4"):
+    header = "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }" % (
+        descr, "".join("%d, " % s for s in shape))
+    header += " " * ((64 - (10 + len(header) + 1) % 64) % 64) + "\n"
+    code = "<" + ("f" if descr == "<f4" else "e") * len(values)
+    with open(path, "wb") as f:
+        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode() + struct.pack(code, *values))
+
+
+def read_npy(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    header_length = struct.unpack("<H", data[8:10])[0]
+    header = data[10:10 + header_length].decode()
+    assert "'<f4'" in header, header
+    shape = tuple(int(s) for s in header.split("(")[1].split(")")[0].split(",") if s.strip())
+    count = math.prod(shape)
+    return list(struct.unpack("<%df" % count, data[10 + header_length:])), shape
+
+
+def round_half(x):
+    return struct.unpack("<e", struct.pack("<e", x))[0]
+
+
+def reference(q, k, v, B, S, H, HK, D, causal):
+    """out (B, S, H, D) and lse (B, H, S) in fp64, the textbook way."""
+    out = [0.0] * (B * S * H * D)
+    lse = [0.0] * (B * H * S)
+    scale = 1 / math.sqrt(D)
+    for b in range(B):
+        for h in range(H):
+            g = h // (H // HK)
+            for i in range(S):
+                keys = [j for j in range(S) if not causal or j <= i]
+                scores = [scale * sum(q[((b * S + i) * H + h) * D + d] * k[((b * S + j) * HK + g) * D + d]
+                                      for d in range(D)) for j in keys]
+                top = max(scores)
+                weights = [math.exp(s - top) for s in scores]
+                total = sum(weights)
+                lse[(b * H + h) * S + i] = top + math.log(total)
+                for d in range(D):
+                    out[((b * S + i) * H + h) * D + d] = sum(
+                        w * v[((b * S + j) * HK + g) * D + d] for w, j in zip(weights, keys)) / total
+    return out, lse
+
+
+def spattn(ranks, *arguments):
+    command = ["mpirun", "--oversubscribe", "-np", str(ranks), SPATTN, *arguments]
+    return subprocess.run(command, capture_output=True, text=True, env=ENV, timeout=300)
+
+
+class NpyInputsAndOutputs(unittest.TestCase):
+    B, S, H, HK, D = 2, 24, 4, 2, 8
+
+    def setUp(self):
+        self.directory = tempfile.TemporaryDirectory()
+        self.inputs = os.path.join(self.directory.name, "inputs")
+        self.outputs = os.path.join(self.directory.name, "outputs")
+        os.makedirs(self.inputs)
+        rng = random.Random(7)
+        B, S, H, HK, D = self.B, self.S, self.H, self.HK, self.D
+        self.q = [rng.gauss(0, 1) for _ in range(B * S * H * D)]
+        self.k = [round_half(rng.gauss(0, 1)) for _ in range(B * S * HK * D)]  # stored as float16
+        self.v = [rng.gauss(0, 1) for _ in range(B * S * HK * D)]
+        self.dout = [rng.gauss(0, 1) for _ in range(B * S * H * D)]
+        write_npy(os.path.join(self.inputs, "q.npy"), self.q, (B, S, H, D))
+        write_npy(os.path.join(self.inputs, "k.npy"), self.k, (B, S, HK, D), descr="<f2")
+        write_npy(os.path.join(self.inputs, "v.npy"), self.v, (B, S, HK, D))
+        write_npy(os.path.join(self.inputs, "dout.npy"), self.dout, (B, S, H, D))
+
+    def tearDown(self):
+        self.directory.cleanup()
+
+    def test_zigzag_outputs_match_an_independent_reference(self):
+        result = spattn(3, "run", "--algo", "zigzag", "--causal", "--backward", "--check", "--inputs", self.inputs,
+                        "--outputs", self.outputs, "--json")
+        self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+        self.assertIn('"check": "pass"', result.stdout.strip().splitlines()[-1])
+        B, S, H, HK, D = self.B, self.S, self.H, self.HK, self.D
+        expected_out, expected_lse = reference(self.q, self.k, self.v, B, S, H, HK, D, causal=True)
+        out, out_shape = read_npy(os.path.join(self.outputs, "out.npy"))
+        lse, lse_shape = read_npy(os.path.join(self.outputs, "lse.npy"))
+        self.assertEqual(out_shape, (B, S, H, D))
+        self.assertEqual(lse_shape, (B, H, S))
+        self.assertLess(max(abs(a - b) for a, b in zip(out, expected_out)), 1e-5)
+        self.assertLess(max(abs(a - b) for a, b in zip(lse, expected_lse)), 1e-5)
+        for name, shape in (("dq", (B, S, H, D)), ("dk", (B, S, HK, D)), ("dv", (B, S, HK, D))):
+            values, found = read_npy(os.path.join(self.outputs, name + ".npy"))
+            self.assertEqual(found, shape)
+            self.assertTrue(all(math.isfinite(x) for x in values))
+
+    def test_input_of_the_wrong_shape_is_refused_on_every_rank(self):
+        write_npy(os.path.join(self.inputs, "v.npy"), self.v[:len(self.v) // 2], (self.B, self.S // 2, self.HK, self.D))
+        result = spattn(2, "run", "--inputs", self.inputs)
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("v.npy has shape (2, 12, 2, 8); expected (2, 24, 2, 8)", result.stderr)
+
+    def test_corrupt_input_is_refused(self):
+        with open(os.path.join(self.inputs, "q.npy"), "wb") as f:
+            f.write(b"\x93NUMPY\x01\x00garbage")
+        result = spattn(2, "run", "--inputs", self.inputs)
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("q.npy", result.stderr)
+
+
+class ExitStatus(unittest.TestCase):
+    def test_unknown_option_is_a_usage_error(self):
+        result = spattn(2, "run", "--frobnicate")
+        self.assertEqual(result.returncode, 2)
+        self.assertIn("unknown option '--frobnicate'", result.stderr)
+
+    def test_unknown_algorithm_names_the_allowed_ones(self):
+        result = spattn(1, "run", "--algo", "spiral")
+        self.assertEqual(result.returncode, 2)
+        self.assertIn("allowed: ring, zigzag", result.stderr)
+
+    def test_indivisible_sequence_names_nearest_valid_lengths(self):
+        result = spattn(3, "run", "--algo", "zigzag", "--seq", "100")
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("nearest valid lengths: 96 or 102", result.stderr)
+
+    def test_ring_check_passes_at_odd_rank_count_with_gqa_and_window(self):
+        result = spattn(5, "run", "--algo", "ring", "--seq", "80", "--heads", "4", "--kv-heads", "1",
+                        "--head-dim", "32", "--window", "7,3", "--backward", "--check", "--dtype", "bf16")
+        self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+        self.assertIn("check PASSED", result.stdout)
+
+    def test_info_lists_the_backends(self):
+        result = spattn(1, "info", "--json")
+        self.assertEqual(result.returncode, 0)
+        self.assertIn('"kernel_backends": ["cpu"]', result.stdout)
+
+
+if __name__ == "__main__":
+    SPATTN = sys.argv.pop(1)
+    unittest.main(verbosity=2)

@@ -1,0 +1,94 @@
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <vector>
+
+#include "spattn/error.hpp"
+#include "spattn/sequence_layout.hpp"
+
+namespace spattn {
+namespace {
+
+using ::testing::HasSubstr;
+
+class EveryLayout : public ::testing::TestWithParam<LayoutKind> {};
+
+// Every global token is held by exactly one rank, at a distinct local slot.
+TEST_P(EveryLayout, ChunksCoverTheSequenceOnce) {
+  for (int ranks = 1; ranks <= 16; ++ranks) {
+    const int64_t length = 2 * ranks * 5;
+    const SequenceLayout layout(GetParam(), length, ranks);
+    std::vector<int> owners(static_cast<std::size_t>(length), 0);
+    for (int rank = 0; rank < ranks; ++rank) {
+      std::vector<int> slots(static_cast<std::size_t>(layout.local_length()), 0);
+      for (const SequenceChunk& chunk : layout.chunks(rank))
+        for (int64_t i = 0; i < chunk.length; ++i) {
+          ++owners[static_cast<std::size_t>(chunk.position + i)];
+          ++slots[static_cast<std::size_t>(chunk.local_offset + i)];
+        }
+      for (int count : slots) EXPECT_EQ(count, 1) << "ranks " << ranks << " rank " << rank;
+    }
+    for (int count : owners) EXPECT_EQ(count, 1) << "ranks " << ranks;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, EveryLayout, ::testing::Values(LayoutKind::contiguous, LayoutKind::zigzag));
+
+TEST(SequenceLayout, ZigzagHoldsChunksRAndTwoNMinusOneMinusR) {
+  const SequenceLayout layout(LayoutKind::zigzag, 80, 4);  // 8 chunks of 10
+  const std::vector<SequenceChunk> chunks = layout.chunks(1);
+  ASSERT_EQ(chunks.size(), 2u);
+  EXPECT_EQ(chunks[0].position, 10);
+  EXPECT_EQ(chunks[1].position, 60);
+  EXPECT_EQ(chunks[1].local_offset, 10);
+}
+
+TEST(SequenceLayout, IndivisibleLengthNamesNearestValidLengths) {
+  EXPECT_THAT(SequenceLayout::split_error(LayoutKind::zigzag, 100, 3),
+              HasSubstr("positive multiple of 2 x ranks = 6; nearest valid lengths: 96 or 102"));
+  EXPECT_THAT(SequenceLayout::split_error(LayoutKind::contiguous, 10, 4),
+              HasSubstr("multiple of ranks = 4; nearest valid lengths: 8 or 12"));
+  EXPECT_THAT(SequenceLayout::split_error(LayoutKind::zigzag, 3, 4), HasSubstr("nearest valid lengths: 8"));
+  EXPECT_EQ(SequenceLayout::split_error(LayoutKind::zigzag, 96, 3), "");
+  EXPECT_THROW(SequenceLayout(LayoutKind::zigzag, 100, 3), Error);
+  EXPECT_THAT(SequenceLayout::split_error(LayoutKind::contiguous, 8, 0), HasSubstr("at least 1"));
+}
+
+TEST_P(EveryLayout, ShardThenUnshardRestoresTheTensor) {
+  const int ranks = 3;
+  const int64_t length = 12;
+  const SequenceLayout layout(GetParam(), length, ranks);
+  std::vector<float> full(2 * length * 3);  // (2, S, 3) viewed as (B, S, H) with seq_dim 1
+  std::iota(full.begin(), full.end(), 1.0f);
+  std::vector<float> rebuilt(full.size(), -1.0f);
+  for (int rank = 0; rank < ranks; ++rank) {
+    std::vector<float> local(static_cast<std::size_t>(2 * layout.local_length() * 3));
+    const TensorView full_view = TensorView::contiguous(full.data(), DType::f32, {2, length, 3});
+    const TensorView local_view = TensorView::contiguous(local.data(), DType::f32, {2, layout.local_length(), 3});
+    shard_sequence(layout, rank, full_view, local_view, 1);
+    for (const SequenceChunk& chunk : layout.chunks(rank))  // spot-check token placement
+      EXPECT_EQ(local[static_cast<std::size_t>(chunk.local_offset * 3)], full[static_cast<std::size_t>(chunk.position * 3)]);
+    unshard_sequence(layout, rank, local_view, TensorView::contiguous(rebuilt.data(), DType::f32, {2, length, 3}), 1);
+  }
+  EXPECT_EQ(rebuilt, full);
+}
+
+TEST(SequenceLayout, ShardRejectsMismatchedShapes) {
+  const SequenceLayout layout(LayoutKind::contiguous, 8, 2);
+  std::vector<float> full(8), local(3);
+  EXPECT_THAT(
+      [&] {
+        try {
+          shard_sequence(layout, 0, TensorView::contiguous(full.data(), DType::f32, {1, 8}),
+                         TensorView::contiguous(local.data(), DType::f32, {1, 3}), 1);
+        } catch (const Error& error) {
+          return std::string(error.what());
+        }
+        return std::string();
+      }(),
+      HasSubstr("expected 4"));
+}
+
+}  // namespace
+}  // namespace spattn

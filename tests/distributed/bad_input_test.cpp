@@ -1,0 +1,124 @@
+// Bad input: every rank gets the same clear error before any transfer, and nothing hangs, even
+// when only one rank's arguments are wrong or the ranks disagree on the shape.
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "distributed_world.hpp"
+#include "host_tensor.hpp"
+#include "spattn/error.hpp"
+#include "spattn/ring_attention.hpp"
+
+namespace spattn {
+namespace {
+
+using ::testing::HasSubstr;
+
+// A local shard of every argument, with its own head counts and dtypes.
+struct Shard {
+  HostTensor q, k, v, out, lse;
+  Shard(int64_t local_seq, int64_t heads, int64_t kv_heads, int64_t head_dim, DType dtype = DType::f32,
+        DType kv_dtype = DType::f32)
+      : q(dtype, {1, local_seq, heads, head_dim}),
+        k(kv_dtype, {1, local_seq, kv_heads, head_dim}),
+        v(kv_dtype, {1, local_seq, kv_heads, head_dim}),
+        out(dtype, {1, local_seq, heads, head_dim}),
+        lse(DType::f32, {1, heads, local_seq}) {
+    q.fill_normal(1);
+    k.fill_normal(2);
+    v.fill_normal(3);
+  }
+  void zigzag_forward(const AttentionOptions& options = {}) {
+    zigzag_ring_attention_forward(world(), q.view(), k.view(), v.view(), out.view(), lse.view(), options);
+  }
+};
+
+// The message every rank throws, or "" when the call succeeded.
+template <typename Call>
+std::string error_of(Call&& call) {
+  try {
+    call();
+  } catch (const Error& error) {
+    return error.what();
+  }
+  return "";
+}
+
+TEST(BadInput, ZigzagLengthNotDivisibleNamesNearestLengths) {
+  const int ranks = world().size();
+  Shard shard(5, 2, 2, 16);  // global length 5N, never a multiple of 2N
+  const std::string error = error_of([&] { shard.zigzag_forward(); });
+  EXPECT_THAT(error, HasSubstr("sequence length " + std::to_string(5 * ranks)));
+  EXPECT_THAT(error, HasSubstr("2 x ranks = " + std::to_string(2 * ranks)));
+  EXPECT_THAT(error, HasSubstr("nearest valid lengths"));
+}
+
+TEST(BadInput, HeadsNotDivisibleByKvHeads) {
+  Shard shard(4, 3, 2, 16);
+  EXPECT_THAT(error_of([&] { shard.zigzag_forward(); }), HasSubstr("heads (3) must be divisible by kv_heads (2)"));
+}
+
+TEST(BadInput, UnsupportedHeadDim) {
+  Shard shard(4, 2, 2, 300);
+  EXPECT_THAT(error_of([&] { shard.zigzag_forward(); }), HasSubstr("head_dim 300 is not supported; allowed: 1 to 256"));
+}
+
+TEST(BadInput, DtypesDisagree) {
+  Shard shard(4, 2, 2, 16, DType::f32, DType::bf16);
+  EXPECT_THAT(error_of([&] { shard.zigzag_forward(); }), HasSubstr("k is bf16; expected fp32"));
+}
+
+TEST(BadInput, WindowBelowMinusOne) {
+  Shard shard(4, 2, 2, 16);
+  AttentionOptions options;
+  options.window_left = -3;
+  EXPECT_THAT(error_of([&] { shard.zigzag_forward(options); }), HasSubstr("window (-3, -1) is not allowed"));
+}
+
+TEST(BadInput, NonFiniteScale) {
+  Shard shard(4, 2, 2, 16);
+  AttentionOptions options;
+  options.softmax_scale = -1.0f;
+  EXPECT_THAT(error_of([&] { shard.zigzag_forward(options); }), HasSubstr("softmax scale -1 is not allowed"));
+}
+
+TEST(BadInput, OneRanksOutputHasTheWrongShape) {
+  const int ranks = world().size();
+  const int bad_rank = ranks - 1;
+  Shard shard(4, 2, 2, 16);
+  HostTensor wrong_out(DType::f32, {1, 4, 2, 8});
+  const std::string error = error_of([&] {
+    TensorView out = world().rank() == bad_rank ? wrong_out.view() : shard.out.view();
+    zigzag_ring_attention_forward(world(), shard.q.view(), shard.k.view(), shard.v.view(), out, shard.lse.view());
+  });
+  EXPECT_THAT(error, HasSubstr("out has shape (1, 4, 2, 8) fp32 cpu; expected (1, 4, 2, 16)"));
+  if (world().rank() != bad_rank) {
+    EXPECT_THAT(error, HasSubstr("rank " + std::to_string(bad_rank) + " rejected the call"));
+  }
+}
+
+TEST(BadInput, RanksDisagreeOnTheShape) {
+  if (world().size() < 2) GTEST_SKIP() << "needs two ranks to disagree";
+  // Rank 0 holds 4 tokens, the others 6: no rank can tell alone, together they must refuse.
+  Shard shard(world().rank() == 0 ? 4 : 6, 2, 2, 16);
+  EXPECT_THAT(error_of([&] { shard.zigzag_forward(); }), HasSubstr("ranks disagree on the call"));
+}
+
+TEST(BadInput, PlanRejectsTensorsOfAnotherShape) {
+  const int ranks = world().size();
+  RingAttention plan(world(), LayoutKind::contiguous, AttentionShape{1, 8 * ranks, 2, 2, 16, DType::f32}, {});
+  Shard shard(4, 2, 2, 16);  // the plan expects 8 tokens per rank
+  EXPECT_THAT(error_of([&] { plan.forward(shard.q.view(), shard.k.view(), shard.v.view(), shard.out.view(), shard.lse.view()); }),
+              HasSubstr("q has shape (1, 4, 2, 16) fp32 cpu; expected (1, 8, 2, 16)"));
+}
+
+TEST(BadInput, TheWorldStillWorksAfterwards) {
+  // After every refusal above the ranks are still in step: a valid call succeeds.
+  Shard shard(4, 2, 2, 16);
+  EXPECT_EQ(error_of([&] { shard.zigzag_forward(); }), "");
+}
+
+}  // namespace
+}  // namespace spattn
