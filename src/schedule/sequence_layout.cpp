@@ -1,5 +1,6 @@
 #include "spattn/sequence_layout.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <sstream>
 
@@ -52,18 +53,22 @@ std::vector<SequenceChunk> SequenceLayout::chunks(int rank) const {
 
 namespace {
 
-// Copies `source` into `destination` element by element (same dtype, same shape, any strides).
+// Copies `source` into `destination` (same dtype, same shape, any strides), a row of the last
+// dimension at a time when both store that row contiguously.
 void copy_same_dtype(const TensorView& source, const TensorView& destination) {
   const std::size_t element = dtype_size(source.dtype);
+  const int last = source.ndim - 1;
+  const bool rows_contiguous = source.stride(last) == 1 && destination.stride(last) == 1;
+  const int64_t run = rows_contiguous ? source.size(last) : 1;
   std::array<int64_t, TensorView::kMaxDims> index{};
-  const int64_t count = source.numel();
-  for (int64_t linear = 0; linear < count; ++linear) {
-    int64_t rest = linear;
-    for (int d = source.ndim - 1; d >= 0; --d) {
+  const int64_t runs = source.numel() / std::max<int64_t>(run, 1);
+  for (int64_t linear = 0; linear < runs; ++linear) {
+    int64_t rest = linear * run;
+    for (int d = last; d >= 0; --d) {
       index[static_cast<std::size_t>(d)] = rest % source.size(d);
       rest /= source.size(d);
     }
-    std::memcpy(destination.element_pointer(index), source.element_pointer(index), element);
+    std::memcpy(destination.element_pointer(index), source.element_pointer(index), element * static_cast<std::size_t>(run));
   }
 }
 
