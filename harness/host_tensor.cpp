@@ -48,14 +48,26 @@ void HostTensor::set(int64_t index, double value) {
   std::memcpy(element, &bits, sizeof bits);
 }
 
-void HostTensor::fill_normal(uint64_t seed) {
-  std::mt19937_64 generator(seed);
-  std::normal_distribution<double> normal(0.0, 1.0);
-  for (int64_t i = 0; i < view_.numel(); ++i) set(i, normal(generator));
+std::vector<double> HostTensor::values() const {
+  std::vector<double> result(static_cast<std::size_t>(numel()));
+  for (int64_t i = 0; i < numel(); ++i) result[static_cast<std::size_t>(i)] = at(i);
+  return result;
 }
 
-void HostTensor::fill_nan() {
-  for (int64_t i = 0; i < view_.numel(); ++i) set(i, std::numeric_limits<double>::quiet_NaN());
+void HostTensor::randomize(std::mt19937& generator, double standard_deviation) {
+  std::normal_distribution<double> normal(0.0, standard_deviation);
+  for (int64_t i = 0; i < numel(); ++i) set(i, normal(generator));
 }
+
+void HostTensor::fill_normal(uint64_t seed) {
+  std::mt19937 generator(static_cast<std::mt19937::result_type>(seed));
+  randomize(generator);
+}
+
+void HostTensor::fill(double value) {
+  for (int64_t i = 0; i < numel(); ++i) set(i, value);
+}
+
+void HostTensor::poison() { fill(std::numeric_limits<double>::quiet_NaN()); }
 
 }  // namespace spattn

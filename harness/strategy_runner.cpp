@@ -111,15 +111,15 @@ StrategyRun run_strategy(Communicator& communicator, Algorithm algorithm, const 
   const HostTensor v = shard_of(layout, rank, problem.v, 1);
   HostTensor out(shape.dtype, {shape.batch, local_seq, shape.heads, shape.head_dim});
   HostTensor lse(DType::f32, {shape.batch, shape.heads, local_seq});
-  out.fill_nan();
-  lse.fill_nan();
+  out.poison();
+  lse.poison();
   HostTensor dout, dq, dk, dv;
   if (backward) {
     dout = shard_of(layout, rank, problem.dout, 1);
     dq = HostTensor(shape.dtype, {shape.batch, local_seq, shape.heads, shape.head_dim});
     dk = HostTensor(shape.dtype, {shape.batch, local_seq, shape.kv_heads, shape.head_dim});
     dv = HostTensor(shape.dtype, {shape.batch, local_seq, shape.kv_heads, shape.head_dim});
-    for (HostTensor* gradient : {&dq, &dk, &dv}) gradient->fill_nan();
+    for (HostTensor* gradient : {&dq, &dk, &dv}) gradient->poison();
   }
 
   StrategyRun run;

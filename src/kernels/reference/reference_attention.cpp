@@ -1,0 +1,140 @@
+#include "spattn/reference_attention.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "core/dtype_conversion.hpp"
+#include "spattn/error.hpp"
+
+// Row by row in fp64: for each query, the scores of all keys, their softmax, then the output
+// and (with dout) the gradients. Straightforward on purpose: this is the ground truth.
+
+namespace spattn {
+namespace {
+
+constexpr double kMinusInfinity = -std::numeric_limits<double>::infinity();
+
+/// The tensor's values as stored, in fp64, contiguous (B, S, H, D).
+std::vector<double> to_double(const TensorView& tensor, const char* name) {
+  SPATTN_CHECK(tensor.device == Device::cpu(), name << " " << tensor.describe() << " must be on the cpu");
+  SPATTN_CHECK(tensor.ndim == 4, name << " is " << tensor.describe() << ", expected (B, S, H, D)");
+  std::vector<double> values(static_cast<std::size_t>(tensor.numel()));
+  std::size_t next = 0;
+  for (int64_t b = 0; b < tensor.size(0); ++b)
+    for (int64_t s = 0; s < tensor.size(1); ++s)
+      for (int64_t h = 0; h < tensor.size(2); ++h)
+        for (int64_t d = 0; d < tensor.size(3); ++d) {
+          const void* element = tensor.element_pointer({b, s, h, d});
+          switch (tensor.dtype) {
+            case DType::f32: values[next++] = *static_cast<const float*>(element); break;
+            case DType::f16: values[next++] = fp16_to_float(*static_cast<const uint16_t*>(element)); break;
+            case DType::bf16: values[next++] = bf16_to_float(*static_cast<const uint16_t*>(element)); break;
+          }
+        }
+  return values;
+}
+
+void check_shape(const TensorView& tensor, const char* name, int64_t batch, int64_t sequence, int64_t heads,
+                 int64_t head_dim) {
+  SPATTN_CHECK(tensor.ndim == 4 && tensor.size(0) == batch && tensor.size(1) == sequence &&
+                   tensor.size(2) == heads && tensor.size(3) == head_dim,
+               name << " is " << tensor.describe() << ", expected (" << batch << ", " << sequence << ", " << heads
+                    << ", " << head_dim << ")");
+}
+
+}  // namespace
+
+ReferenceResult reference_attention(const TensorView& q, const TensorView& k, const TensorView& v,
+                                     const TensorView& dout, const AttentionOptions& options) {
+  SPATTN_CHECK(q.ndim == 4, "q is " << q.describe() << ", expected (B, S, H, D)");
+  const int64_t batch = q.size(0), sequence = q.size(1), heads = q.size(2), head_dim = q.size(3);
+  SPATTN_CHECK(k.ndim == 4, "k is " << k.describe() << ", expected (B, S, HK, D)");
+  const int64_t kv_heads = k.size(2);
+  check_shape(k, "k", batch, sequence, kv_heads, head_dim);
+  check_shape(v, "v", batch, sequence, kv_heads, head_dim);
+  SPATTN_CHECK(kv_heads >= 1 && heads % kv_heads == 0,
+               "heads (" << heads << ") must be divisible by kv_heads (" << kv_heads << ")");
+  const bool with_gradients = dout.data != nullptr;
+  if (with_gradients) check_shape(dout, "dout", batch, sequence, heads, head_dim);
+
+  const std::vector<double> query = to_double(q, "q");
+  const std::vector<double> key = to_double(k, "k");
+  const std::vector<double> value = to_double(v, "v");
+  const std::vector<double> out_gradient = with_gradients ? to_double(dout, "dout") : std::vector<double>{};
+  const AttentionMask mask = AttentionMask::from_options(options);
+  const double scale = options.softmax_scale ? *options.softmax_scale : 1.0 / std::sqrt(static_cast<double>(head_dim));
+  const int64_t group = heads / kv_heads;
+
+  ReferenceResult result;
+  const std::size_t q_elements = query.size(), kv_elements = key.size();
+  result.out.assign(q_elements, 0.0);
+  result.lse.assign(static_cast<std::size_t>(batch * heads * sequence), kMinusInfinity);
+  if (with_gradients) {
+    result.dq.assign(q_elements, 0.0);
+    result.dk.assign(kv_elements, 0.0);
+    result.dv.assign(kv_elements, 0.0);
+  }
+  // Flat offsets into the contiguous (B, S, H, D) and (B, S, HK, D) copies.
+  auto q_row = [&](int64_t b, int64_t s, int64_t h) { return ((b * sequence + s) * heads + h) * head_dim; };
+  auto kv_row = [&](int64_t b, int64_t s, int64_t h) { return ((b * sequence + s) * kv_heads + h) * head_dim; };
+
+  // One (batch, kv head) per thread: dk and dv of a kv head sum over its query heads.
+#pragma omp parallel for collapse(2) schedule(dynamic)
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t kv_head = 0; kv_head < kv_heads; ++kv_head) {
+      std::vector<double> probabilities(static_cast<std::size_t>(sequence));
+      for (int64_t h = kv_head * group; h < (kv_head + 1) * group; ++h)
+        for (int64_t i = 0; i < sequence; ++i) {
+          const int64_t first = std::max<int64_t>(mask.first_visible_key(i), 0);
+          const int64_t last = std::min<int64_t>(mask.last_visible_key(i), sequence - 1);
+          if (first > last) continue;  // sees no key: out = 0, lse = -inf, no gradient
+          const double* q_i = &query[static_cast<std::size_t>(q_row(b, i, h))];
+          // s_j = scale * q_i . k_j
+          double max_score = kMinusInfinity;
+          for (int64_t j = first; j <= last; ++j) {
+            const double* k_j = &key[static_cast<std::size_t>(kv_row(b, j, kv_head))];
+            double dot = 0.0;
+            for (int64_t d = 0; d < head_dim; ++d) dot += q_i[d] * k_j[d];
+            probabilities[static_cast<std::size_t>(j)] = scale * dot;
+            max_score = std::max(max_score, scale * dot);
+          }
+          // lse = m + log sum_j exp(s_j - m) ;  p_j = exp(s_j - lse)
+          double sum = 0.0;
+          for (int64_t j = first; j <= last; ++j) sum += std::exp(probabilities[static_cast<std::size_t>(j)] - max_score);
+          const double lse = max_score + std::log(sum);
+          result.lse[static_cast<std::size_t>((b * heads + h) * sequence + i)] = lse;
+          double* out_i = &result.out[static_cast<std::size_t>(q_row(b, i, h))];
+          for (int64_t j = first; j <= last; ++j) {
+            double& p = probabilities[static_cast<std::size_t>(j)];
+            p = std::exp(p - lse);
+            const double* v_j = &value[static_cast<std::size_t>(kv_row(b, j, kv_head))];
+            for (int64_t d = 0; d < head_dim; ++d) out_i[d] += p * v_j[d];
+          }
+          if (!with_gradients) continue;
+          const double* dout_i = &out_gradient[static_cast<std::size_t>(q_row(b, i, h))];
+          // delta = dout_i . out_i
+          double delta = 0.0;
+          for (int64_t d = 0; d < head_dim; ++d) delta += dout_i[d] * out_i[d];
+          double* dq_i = &result.dq[static_cast<std::size_t>(q_row(b, i, h))];
+          for (int64_t j = first; j <= last; ++j) {
+            const std::size_t kv = static_cast<std::size_t>(kv_row(b, j, kv_head));
+            const double p = probabilities[static_cast<std::size_t>(j)];
+            // dp_j = dout_i . v_j ;  ds_j = p_j (dp_j - delta)
+            double dp = 0.0;
+            for (int64_t d = 0; d < head_dim; ++d) dp += dout_i[d] * value[kv + static_cast<std::size_t>(d)];
+            const double ds = p * (dp - delta);
+            // dq_i += scale ds_j k_j ;  dk_j += scale ds_j q_i ;  dv_j += p_j dout_i
+            for (int64_t d = 0; d < head_dim; ++d) {
+              const std::size_t e = kv + static_cast<std::size_t>(d);
+              dq_i[d] += scale * ds * key[e];
+              result.dk[e] += scale * ds * q_i[d];
+              result.dv[e] += p * dout_i[d];
+            }
+          }
+        }
+    }
+  return result;
+}
+
+}  // namespace spattn
