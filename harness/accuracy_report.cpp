@@ -60,7 +60,8 @@ std::vector<OutputError> compare_with_reference(const AttentionOutputs& distribu
     error.distributed = sizes_match ? max_error(output.distributed, output.reference) : std::numeric_limits<double>::infinity();
     error.single_rank = sizes_match ? max_error(output.single_rank, output.reference) : std::numeric_limits<double>::infinity();
     error.bound = 2 * error.single_rank + kRelativeFloor * max_magnitude(output.reference);
-    error.pass = error.distributed <= error.bound;
+    // A non-finite error (an unwritten element, a NaN) fails even when the baseline's does too.
+    error.pass = std::isfinite(error.distributed) && std::isfinite(error.bound) && error.distributed <= error.bound;
     errors.push_back(error);
   }
   return errors;

@@ -1,7 +1,7 @@
 #pragma once
 // The accuracy criterion of spattn: for each output, the distributed result's max error against
 // the fp64 reference is at most 2x the max error of a same-dtype single-rank run of the same
-// inputs, plus a tiny floor. Any element left unwritten (NaN poison) or non-finite fails.
+// inputs (the block kernels on the whole sequence, no strategy), plus a tiny floor. Any element left unwritten (NaN poison) or non-finite fails.
 
 #include <string>
 #include <vector>

@@ -1,6 +1,7 @@
 #include "strategy_runner.hpp"
 
 #include "spattn/error.hpp"
+#include "spattn/local_attention.hpp"
 #include "spattn/ring_attention.hpp"
 
 namespace spattn {
@@ -95,6 +96,25 @@ HostTensor gather_full(Communicator& communicator, const SequenceLayout& layout,
 }
 
 }  // namespace
+
+AttentionOutputs run_single_device(const AttentionProblem& problem) {
+  const AttentionShape& shape = problem.shape;
+  const auto [B, S, H, HK, D] = std::make_tuple(shape.batch, shape.seq, shape.heads, shape.kv_heads, shape.head_dim);
+  AttentionOutputs outputs{HostTensor(shape.dtype, {B, S, H, D}), HostTensor(DType::f32, {B, H, S}), {}, {}, {}};
+  outputs.out.poison();
+  outputs.lse.poison();
+  local_attention_forward(problem.q.view(), problem.k.view(), problem.v.view(), outputs.out.view(), outputs.lse.view(),
+                          problem.options);
+  if (problem.dout.empty()) return outputs;
+  outputs.dq = HostTensor(shape.dtype, {B, S, H, D});
+  outputs.dk = HostTensor(shape.dtype, {B, S, HK, D});
+  outputs.dv = HostTensor(shape.dtype, {B, S, HK, D});
+  for (HostTensor* gradient : {&outputs.dq, &outputs.dk, &outputs.dv}) gradient->poison();
+  local_attention_backward(problem.q.view(), problem.k.view(), problem.v.view(), outputs.out.view(),
+                           outputs.lse.view(), problem.dout.view(), outputs.dq.view(), outputs.dk.view(),
+                           outputs.dv.view(), problem.options);
+  return outputs;
+}
 
 StrategyRun run_strategy(Communicator& communicator, Algorithm algorithm, const AttentionProblem& problem,
                          int warmup, int iterations, bool per_step_profile) {

@@ -54,6 +54,10 @@ struct StrategyRun {
   Profile backward;  // likewise; zero without backward
 };
 
+/// The whole problem on this process alone with the block kernels called once, no strategy and
+/// no communication: the same-dtype single-rank baseline of the accuracy criterion.
+AttentionOutputs run_single_device(const AttentionProblem& problem);
+
 /// Runs `algorithm` over `communicator` on `problem`: `warmup` untimed and `iterations` timed
 /// calls (forward, then backward when the problem has dout). Outputs are poisoned with NaN
 /// before the first call. Collective.

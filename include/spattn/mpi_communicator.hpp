@@ -18,8 +18,6 @@ class MpiCommunicator final : public Communicator {
   /// Over a caller's MPI communicator, passed as its handle (MPI_Comm) cast to void* so this
   /// header needs no mpi.h.
   explicit MpiCommunicator(void* mpi_comm_handle);
-  /// A communicator of this process alone (MPI_COMM_SELF): the single-rank runs of checks.
-  static std::unique_ptr<MpiCommunicator> this_process_only();
   ~MpiCommunicator() override;
   MpiCommunicator(const MpiCommunicator&) = delete;
   MpiCommunicator& operator=(const MpiCommunicator&) = delete;

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "kernels/block_kernels.hpp"
+#include "schedule/ring_schedule.hpp"
 #include "spattn/error.hpp"
 #include "strategies/call_validation.hpp"
 #include "strategies/device_buffer.hpp"
@@ -45,9 +46,8 @@ struct RingAttention::Impl {
         next((rank + 1) % ranks),
         previous((rank + ranks - 1) % ranks),
         local_seq(layout.local_length()) {
-    for (int r = 0; r < ranks; ++r) chunks_of_rank.push_back(layout.chunks(r));
-    for (const SequenceChunk& chunk : chunks_of_rank[static_cast<std::size_t>(rank)])
-      longest_chunk = std::max(longest_chunk, chunk.length);
+    for (int step = 0; step < ranks; ++step) blocks_of_step.push_back(ring_step_blocks(layout, mask, rank, step));
+    for (const SequenceChunk& chunk : layout.chunks(rank)) longest_chunk = std::max(longest_chunk, chunk.length);
   }
 
   // Validates the plan's arguments and agrees on them with every rank before building the layout.
@@ -117,57 +117,44 @@ struct RingAttention::Impl {
     return comm.start(batch);
   }
 
-  const std::vector<SequenceChunk>& my_chunks() const { return chunks_of_rank[static_cast<std::size_t>(rank)]; }
-
-  bool any_visible(const SequenceChunk& queries, const SequenceChunk& keys) const {
-    return mask.any_visible(queries.position, queries.position + queries.length, keys.position,
-                            keys.position + keys.length);
-  }
-
-  // The blocks of one forward step: each query chunk against the chunks of `source` it can see.
-  void forward_step(const TensorView& q, const KvTensors& kv, int source) {
-    for (const SequenceChunk& query_chunk : my_chunks()) {
+  // The blocks of one forward step: each query chunk against the key chunks it sees.
+  void forward_step(const TensorView& q, const KvTensors& kv, int step) {
+    for (const RingStepBlock& step_block : blocks_of_step[static_cast<std::size_t>(step)]) {
+      const SequenceChunk& queries = step_block.queries;
       forward_block.segments.clear();
-      for (const SequenceChunk& key_chunk : chunks_of_rank[static_cast<std::size_t>(source)]) {
-        if (!any_visible(query_chunk, key_chunk)) continue;
-        forward_block.segments.push_back({kv.k.slice(1, key_chunk.local_offset, key_chunk.length),
-                                          kv.v.slice(1, key_chunk.local_offset, key_chunk.length),
-                                          key_chunk.position});
-      }
-      if (forward_block.segments.empty()) continue;
-      forward_block.q = q.slice(1, query_chunk.local_offset, query_chunk.length);
-      forward_block.q_position = query_chunk.position;
+      for (const SequenceChunk& keys : step_block.keys)
+        forward_block.segments.push_back({kv.k.slice(1, keys.local_offset, keys.length),
+                                          kv.v.slice(1, keys.local_offset, keys.length), keys.position});
+      forward_block.q = q.slice(1, queries.local_offset, queries.length);
+      forward_block.q_position = queries.position;
       forward_block.mask = mask;
       forward_block.scale = scale;
-      forward_block.out = bshd(forward_buffers[2], DType::f32, query_chunk.length, shape.heads);
-      forward_block.lse = bhs(forward_buffers[3], query_chunk.length);
+      forward_block.out = bshd(forward_buffers[2], DType::f32, queries.length, shape.heads);
+      forward_block.lse = bhs(forward_buffers[3], queries.length);
       kernels->forward(forward_block);
-      kernels->merge(forward_block.out, forward_block.lse,
-                     running_out.slice(1, query_chunk.local_offset, query_chunk.length),
-                     running_lse.slice(2, query_chunk.local_offset, query_chunk.length));
+      kernels->merge(forward_block.out, forward_block.lse, running_out.slice(1, queries.local_offset, queries.length),
+                     running_lse.slice(2, queries.local_offset, queries.length));
     }
   }
 
   // The blocks of one backward step, accumulating into dq and into `kv_gradient` (the gradient
-  // of `source`'s keys and values from this rank's queries).
+  // of the held keys and values from this rank's queries).
   void backward_step(const TensorView& q, const TensorView& dout, const TensorView& lse, const KvTensors& kv,
-                     const KvTensors& kv_gradient, int source) {
-    for (const SequenceChunk& query_chunk : my_chunks()) {
+                     const KvTensors& kv_gradient, int step) {
+    for (const RingStepBlock& step_block : blocks_of_step[static_cast<std::size_t>(step)]) {
       backward_block.segments.clear();
-      for (const SequenceChunk& key_chunk : chunks_of_rank[static_cast<std::size_t>(source)]) {
-        if (!any_visible(query_chunk, key_chunk)) continue;
-        const int64_t offset = key_chunk.local_offset;
-        const int64_t length = key_chunk.length;
+      for (const SequenceChunk& keys : step_block.keys) {
+        const int64_t offset = keys.local_offset;
+        const int64_t length = keys.length;
         backward_block.segments.push_back(
-            {{kv.k.slice(1, offset, length), kv.v.slice(1, offset, length), key_chunk.position},
+            {{kv.k.slice(1, offset, length), kv.v.slice(1, offset, length), keys.position},
              kv_gradient.k.slice(1, offset, length),
              kv_gradient.v.slice(1, offset, length)});
       }
-      if (backward_block.segments.empty()) continue;
-      const int64_t offset = query_chunk.local_offset;
-      const int64_t length = query_chunk.length;
+      const int64_t offset = step_block.queries.local_offset;
+      const int64_t length = step_block.queries.length;
       backward_block.q = q.slice(1, offset, length);
-      backward_block.q_position = query_chunk.position;
+      backward_block.q_position = step_block.queries.position;
       backward_block.dout = dout.slice(1, offset, length);
       backward_block.lse = lse.slice(2, offset, length);
       backward_block.delta = delta.slice(2, offset, length);
@@ -209,10 +196,9 @@ struct RingAttention::Impl {
       kernels->fill(running_lse, -std::numeric_limits<float>::infinity());
     });
     for (int step = 0; step < ranks; ++step) {
-      const int source = (rank - step + ranks) % ranks;
       std::unique_ptr<PendingTransfer> rotation;
       if (step + 1 < ranks) rotation = start_rotation(rotating_kv[current], rotating_kv[1 - current]);
-      recorder.compute(step, [&] { forward_step(q, rotating_kv[current], source); });
+      recorder.compute(step, [&] { forward_step(q, rotating_kv[current], step); });
       if (rotation) {
         recorder.communication(step, [&] { comm.wait(*rotation); });
         current = 1 - current;
@@ -245,14 +231,13 @@ struct RingAttention::Impl {
     // step s, overlapping step s + 1; at the last step that next rank is their owner.
     std::unique_ptr<PendingTransfer> gradient_hop;
     for (int step = 0; step < ranks; ++step) {
-      const int source = (rank - step + ranks) % ranks;
       std::unique_ptr<PendingTransfer> rotation;
       if (step + 1 < ranks) rotation = start_rotation(rotating_kv[current], rotating_kv[1 - current]);
       const KvTensors& contribution = kv_gradient_contribution[step % 2];
       recorder.compute(step, [&] {
         kernels->fill(contribution.k, 0.0f);
         kernels->fill(contribution.v, 0.0f);
-        backward_step(q, dout, lse, rotating_kv[current], contribution, source);
+        backward_step(q, dout, lse, rotating_kv[current], contribution, step);
       });
       if (gradient_hop) {
         recorder.communication(step, [&] { comm.wait(*gradient_hop); });
@@ -290,7 +275,7 @@ struct RingAttention::Impl {
   const int next;
   const int previous;
   const int64_t local_seq;
-  std::vector<std::vector<SequenceChunk>> chunks_of_rank;
+  std::vector<std::vector<RingStepBlock>> blocks_of_step;  // this rank's blocks, per step
   int64_t longest_chunk = 0;
 
   std::vector<DeviceBuffer> kv_buffers;

@@ -77,12 +77,6 @@ MpiCommunicator::MpiCommunicator(void* mpi_comm_handle) : state_(std::make_uniqu
   MPI_Comm_size(state_->comm, &state_->size);
 }
 
-std::unique_ptr<MpiCommunicator> MpiCommunicator::this_process_only() {
-  ensure_mpi_initialized();
-  MPI_Comm self = MPI_COMM_SELF;
-  return std::make_unique<MpiCommunicator>(&self);
-}
-
 MpiCommunicator::~MpiCommunicator() {
   int finalized = 0;
   MPI_Finalized(&finalized);
