@@ -21,19 +21,11 @@ struct MaskCase {
   AttentionOptions options;
 };
 
-AttentionOptions with_mask(bool causal, int64_t left, int64_t right) {
-  AttentionOptions options;
-  options.causal = causal;
-  options.window_left = left;
-  options.window_right = right;
-  return options;
-}
-
 const MaskCase kMasks[] = {
-    {"none", with_mask(false, -1, -1)},
-    {"causal", with_mask(true, -1, -1)},
-    {"window_9_4", with_mask(false, 9, 4)},
-    {"causal_window_11", with_mask(true, 11, -1)},
+    {"none", AttentionOptions{false, -1, -1}},
+    {"causal", AttentionOptions{true, -1, -1}},
+    {"window_9_4", AttentionOptions{false, 9, 4}},
+    {"causal_window_11", AttentionOptions{true, 11, -1}},
 };
 
 // Runs `algorithm` on `problem` over every rank; rank 0 compares the gathered outputs with the
@@ -93,7 +85,7 @@ class LongChunkAccuracy : public ::testing::TestWithParam<Algorithm> {};
 
 TEST_P(LongChunkAccuracy, CausalMqaHeadDim128) {
   const AttentionShape shape{1, 2 * world().size() * 130, 2, 1, 128, DType::bf16};
-  expect_accurate(GetParam(), random_problem(shape, with_mask(true, -1, -1), 42, /*backward=*/true));
+  expect_accurate(GetParam(), random_problem(shape, AttentionOptions{true, -1, -1}, 42, /*backward=*/true));
 }
 
 INSTANTIATE_TEST_SUITE_P(AllStrategies, LongChunkAccuracy, ::testing::Values(Algorithm::ring, Algorithm::zigzag),
@@ -103,7 +95,7 @@ INSTANTIATE_TEST_SUITE_P(AllStrategies, LongChunkAccuracy, ::testing::Values(Alg
 TEST(RingAttentionPlan, RepeatedCallsAreIdentical) {
   const int ranks = world().size();
   const AttentionShape shape{1, 2 * ranks * 8, 2, 1, 16, DType::f32};
-  const AttentionProblem problem = random_problem(shape, with_mask(true, -1, -1), 77, true);
+  const AttentionProblem problem = random_problem(shape, AttentionOptions{true, -1, -1}, 77, true);
   const StrategyRun once = run_strategy(world(), Algorithm::zigzag, problem, 0, 1, false);
   const StrategyRun thrice = run_strategy(world(), Algorithm::zigzag, problem, 1, 2, false);
   for (const auto& [first, later] : {std::pair{&once.outputs.out, &thrice.outputs.out},

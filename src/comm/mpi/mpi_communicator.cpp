@@ -111,26 +111,34 @@ std::unique_ptr<PendingTransfer> MpiCommunicator::start(const TransferBatch& bat
   return pending;
 }
 
-std::unique_ptr<PendingTransfer> MpiCommunicator::start_all_to_all(const void* send, void* receive,
-                                                                   std::size_t bytes_per_rank) {
+namespace {
+
+// Starts one nonblocking collective through `start` (which fills the request) as a transfer.
+template <typename Start>
+std::unique_ptr<PendingTransfer> start_collective(const char* operation, Start&& start) {
   auto pending = std::make_unique<MpiPendingTransfer>();
   MPI_Request request;
-  const int count = checked_count(bytes_per_rank);
-  check_mpi(MPI_Ialltoall(send, count, MPI_BYTE, receive, count, MPI_BYTE, state_->comm, &request),
-            "MPI_Ialltoall");
+  check_mpi(start(&request), operation);
   pending->requests.push_back(request);
   return pending;
 }
 
+}  // namespace
+
+std::unique_ptr<PendingTransfer> MpiCommunicator::start_all_to_all(const void* send, void* receive,
+                                                                   std::size_t bytes_per_rank) {
+  const int count = checked_count(bytes_per_rank);
+  return start_collective("MPI_Ialltoall", [&](MPI_Request* request) {
+    return MPI_Ialltoall(send, count, MPI_BYTE, receive, count, MPI_BYTE, state_->comm, request);
+  });
+}
+
 std::unique_ptr<PendingTransfer> MpiCommunicator::start_all_gather(const void* send, void* receive,
                                                                    std::size_t bytes_per_rank) {
-  auto pending = std::make_unique<MpiPendingTransfer>();
-  MPI_Request request;
   const int count = checked_count(bytes_per_rank);
-  check_mpi(MPI_Iallgather(send, count, MPI_BYTE, receive, count, MPI_BYTE, state_->comm, &request),
-            "MPI_Iallgather");
-  pending->requests.push_back(request);
-  return pending;
+  return start_collective("MPI_Iallgather", [&](MPI_Request* request) {
+    return MPI_Iallgather(send, count, MPI_BYTE, receive, count, MPI_BYTE, state_->comm, request);
+  });
 }
 
 void MpiCommunicator::wait(PendingTransfer& transfer) {

@@ -5,27 +5,19 @@
 namespace spattn {
 namespace {
 
-AttentionOptions options_of(bool causal, int64_t left, int64_t right) {
-  AttentionOptions options;
-  options.causal = causal;
-  options.window_left = left;
-  options.window_right = right;
-  return options;
-}
-
 TEST(AttentionMask, FlashAttentionWindowSemantics) {
-  const AttentionMask window = AttentionMask::from_options(options_of(false, 2, 1));
+  const AttentionMask window = AttentionMask::from_options(AttentionOptions{false, 2, 1});
   EXPECT_TRUE(window.visible(10, 8));
   EXPECT_FALSE(window.visible(10, 7));
   EXPECT_TRUE(window.visible(10, 11));
   EXPECT_FALSE(window.visible(10, 12));
-  const AttentionMask causal = AttentionMask::from_options(options_of(true, -1, -1));
+  const AttentionMask causal = AttentionMask::from_options(AttentionOptions{true, -1, -1});
   EXPECT_TRUE(causal.visible(5, 0));
   EXPECT_TRUE(causal.visible(5, 5));
   EXPECT_FALSE(causal.visible(5, 6));
   // causal caps a window's right side at 0
-  EXPECT_EQ(AttentionMask::from_options(options_of(true, 4, 7)).right, 0);
-  EXPECT_EQ(AttentionMask::from_options(options_of(false, -1, -1)).right, -1);
+  EXPECT_EQ(AttentionMask::from_options(AttentionOptions{true, 4, 7}).right, 0);
+  EXPECT_EQ(AttentionMask::from_options(AttentionOptions{false, -1, -1}).right, -1);
 }
 
 // any_visible and all_visible agree with brute force over every small block and mask.
@@ -34,7 +26,7 @@ TEST(AttentionMask, BlockQueriesMatchBruteForce) {
   for (bool causal : {false, true})
     for (int64_t left : bounds)
       for (int64_t right : bounds) {
-        const AttentionMask mask = AttentionMask::from_options(options_of(causal, left, right));
+        const AttentionMask mask = AttentionMask::from_options(AttentionOptions{causal, left, right});
         for (int64_t q_begin = 0; q_begin < 8; ++q_begin)
           for (int64_t q_end = q_begin + 1; q_end <= 8; ++q_end)
             for (int64_t k_begin = 0; k_begin < 8; ++k_begin)

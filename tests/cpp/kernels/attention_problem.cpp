@@ -32,14 +32,6 @@ std::string decomposition_name(Decomposition decomposition) {
   return "unknown";
 }
 
-AttentionOptions make_options(bool causal, int64_t left, int64_t right) {
-  AttentionOptions options;
-  options.causal = causal;
-  options.window_left = left;
-  options.window_right = right;
-  return options;
-}
-
 }  // namespace
 
 std::string AttentionCase::name() const {
@@ -54,9 +46,9 @@ void PrintTo(const AttentionCase& attention_case, std::ostream* stream) { *strea
 
 std::vector<AttentionCase> attention_cases() {
   const std::vector<AttentionOptions> masks = {
-      make_options(false, -1, -1), make_options(true, -1, -1), make_options(false, 0, 0),
-      make_options(false, 3, -1),  make_options(false, -1, 5), make_options(false, 16, 16),
-      make_options(true, 16, -1)};
+      AttentionOptions{false, -1, -1}, AttentionOptions{true, -1, -1}, AttentionOptions{false, 0, 0},
+      AttentionOptions{false, 3, -1},  AttentionOptions{false, -1, 5}, AttentionOptions{false, 16, 16},
+      AttentionOptions{true, 16, -1}};
   std::vector<AttentionCase> cases;
   // Every mask under every decomposition, GQA 4:2, odd length and head dim.
   for (const AttentionOptions& options : masks)
@@ -73,7 +65,7 @@ std::vector<AttentionCase> attention_cases() {
     for (bool causal : {false, true}) {
       AttentionCase c;
       c.batch = 1, c.sequence = lengths[i], c.heads = 8, c.kv_heads = 2, c.head_dim = head_dims[i];
-      c.options = make_options(causal, -1, -1);
+      c.options = AttentionOptions{causal, -1, -1};
       c.decomposition = lengths[i] >= 4 ? Decomposition::zigzag : Decomposition::whole;
       cases.push_back(c);
     }
