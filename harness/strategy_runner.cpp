@@ -2,30 +2,8 @@
 
 #include "spattn/error.hpp"
 #include "spattn/local_attention.hpp"
-#include "spattn/ring_attention.hpp"
 
 namespace spattn {
-
-const std::vector<std::pair<std::string, Algorithm>>& algorithm_names() {
-  static const std::vector<std::pair<std::string, Algorithm>> names = {{"ring", Algorithm::ring},
-                                                                       {"zigzag", Algorithm::zigzag}};
-  return names;
-}
-
-std::string algorithm_name(Algorithm algorithm) {
-  for (const auto& [name, value] : algorithm_names())
-    if (value == algorithm) return name;
-  return "unknown";
-}
-
-Algorithm parse_algorithm(const std::string& name) {
-  std::string allowed;
-  for (const auto& [known, value] : algorithm_names()) {
-    if (known == name) return value;
-    allowed += (allowed.empty() ? "" : ", ") + known;
-  }
-  SPATTN_FAIL("unknown algorithm '" << name << "'; allowed: " << allowed);
-}
 
 AttentionProblem random_problem(const AttentionShape& shape, const AttentionOptions& options, uint64_t seed,
                                 bool backward) {
@@ -117,9 +95,9 @@ AttentionOutputs run_single_device(const AttentionProblem& problem) {
 }
 
 StrategyRun run_strategy(Communicator& communicator, Algorithm algorithm, const AttentionProblem& problem,
-                         int warmup, int iterations, bool per_step_profile) {
-  const LayoutKind layout_kind = algorithm == Algorithm::zigzag ? LayoutKind::zigzag : LayoutKind::contiguous;
-  RingAttention plan(communicator, layout_kind, problem.shape, problem.options);
+                         int warmup, int iterations, bool per_step_profile,
+                         const StrategyOptions& strategy_options) {
+  DistributedAttention plan(communicator, algorithm, problem.shape, problem.options, strategy_options);
   const SequenceLayout& layout = plan.layout();
   const int rank = communicator.rank();
   const bool backward = !problem.dout.empty();

@@ -11,18 +11,11 @@
 #include "spattn/attention_options.hpp"
 #include "spattn/attention_shape.hpp"
 #include "spattn/communicator.hpp"
+#include "spattn/distributed_attention.hpp"
 #include "spattn/profile.hpp"
 #include "spattn/sequence_layout.hpp"
 
 namespace spattn {
-
-enum class Algorithm { ring, zigzag };
-
-/// Every algorithm with its command-line name, in the order help texts list them.
-const std::vector<std::pair<std::string, Algorithm>>& algorithm_names();
-std::string algorithm_name(Algorithm algorithm);
-/// Throws Error naming the allowed names.
-Algorithm parse_algorithm(const std::string& name);
 
 /// A full-sequence problem, identical on every rank.
 struct AttentionProblem {
@@ -62,6 +55,7 @@ AttentionOutputs run_single_device(const AttentionProblem& problem);
 /// calls (forward, then backward when the problem has dout). Outputs are poisoned with NaN
 /// before the first call. Collective.
 StrategyRun run_strategy(Communicator& communicator, Algorithm algorithm, const AttentionProblem& problem,
-                         int warmup, int iterations, bool per_step_profile);
+                         int warmup, int iterations, bool per_step_profile,
+                         const StrategyOptions& strategy_options = {});
 
 }  // namespace spattn

@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "strategy_runner.hpp"
+#include "spattn/distributed_attention.hpp"
 
 namespace spattn::app {
 namespace {
@@ -17,7 +17,7 @@ constexpr char kSeeHelp[] = "see 'spattn help'";
 
 std::string algorithm_list() {
   std::string names;
-  for (const auto& [name, algorithm] : algorithm_names()) names += (names.empty() ? "" : ", ") + name;
+  for (Algorithm algorithm : all_algorithms()) names += (names.empty() ? "" : ", ") + algorithm_name(algorithm);
   return names;
 }
 
@@ -80,8 +80,9 @@ float parse_scale(const std::string& text) {
 }
 
 void parse_algorithm(RunOptions& options, const std::string& name) {
-  const auto& names = algorithm_names();
-  const bool known = std::any_of(names.begin(), names.end(), [&](const auto& entry) { return entry.first == name; });
+  const auto& algorithms = all_algorithms();
+  const bool known = std::any_of(algorithms.begin(), algorithms.end(),
+                                 [&](Algorithm algorithm) { return algorithm_name(algorithm) == name; });
   if (!known) throw UsageError("unknown --algo '" + name + "'; allowed: " + algorithm_list());
   options.algorithm = name;
 }

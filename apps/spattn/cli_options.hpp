@@ -22,7 +22,7 @@ struct UsageError : Error {
 
 /// Options of `spattn run`, with their defaults.
 struct RunOptions {
-  std::string algorithm = "zigzag";  // one of algorithm_names() (harness/strategy_runner.hpp)
+  std::string algorithm = "zigzag";  // one of all_algorithms() (spattn/distributed_attention.hpp)
   bool causal = false;
   int64_t batch = 1;
   int64_t seq = 4096;  // global sequence length, split over the ranks

@@ -11,6 +11,7 @@
 #include "kernels/block_kernels.hpp"
 #include "schedule/ring_schedule.hpp"
 #include "spattn/error.hpp"
+#include "strategies/strategy.hpp"
 #include "strategies/call_validation.hpp"
 #include "strategies/device_buffer.hpp"
 #include "strategies/profile_recorder.hpp"
@@ -30,14 +31,15 @@ struct KvTensors {
 
 }  // namespace
 
-struct RingAttention::Impl {
-  Impl(Communicator& communicator, LayoutKind layout_kind, const AttentionShape& call_shape,
-       const AttentionOptions& call_options, const std::string& caller_error)
+class RingStrategy final : public Strategy {
+ public:
+  RingStrategy(Communicator& communicator, LayoutKind layout_kind, const AttentionShape& call_shape,
+               const AttentionOptions& call_options, const std::string& caller_error)
       : comm(communicator),
         shape(call_shape),
         options(call_options),
         strategy(strategy_id(layout_kind)),
-        layout(agreed_layout(layout_kind, caller_error)),
+        sequence_layout(agreed_layout(layout_kind, caller_error)),
         kernels(make_block_kernels(communicator.device())),
         mask(AttentionMask::from_options(call_options)),
         scale(resolved_scale(call_shape, call_options)),
@@ -45,10 +47,12 @@ struct RingAttention::Impl {
         ranks(communicator.size()),
         next((rank + 1) % ranks),
         previous((rank + ranks - 1) % ranks),
-        local_seq(layout.local_length()) {
-    for (int step = 0; step < ranks; ++step) blocks_of_step.push_back(ring_step_blocks(layout, mask, rank, step));
-    for (const SequenceChunk& chunk : layout.chunks(rank)) longest_chunk = std::max(longest_chunk, chunk.length);
+        local_seq(sequence_layout.local_length()) {
+    for (int step = 0; step < ranks; ++step) blocks_of_step.push_back(ring_step_blocks(sequence_layout, mask, rank, step));
+    for (const SequenceChunk& chunk : sequence_layout.chunks(rank)) longest_chunk = std::max(longest_chunk, chunk.length);
   }
+
+  const SequenceLayout& layout() const override { return sequence_layout; }
 
   // Validates the plan's arguments and agrees on them with every rank before building the layout.
   SequenceLayout agreed_layout(LayoutKind layout_kind, const std::string& caller_error) {
@@ -183,7 +187,7 @@ struct RingAttention::Impl {
   }
 
   void forward(const TensorView& q, const TensorView& k, const TensorView& v, TensorView out, TensorView lse,
-               Profile* profile) {
+               Profile* profile) override {
     agree_on_call(comm, tensors_error({{"q", &q}, {"out", &out}}, {{"k", &k}, {"v", &v}}, &lse),
                   call_signature(strategy, shape, options));
     ensure_forward_workspace();
@@ -213,7 +217,7 @@ struct RingAttention::Impl {
 
   void backward(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                 const TensorView& lse, const TensorView& dout, TensorView dq, TensorView dk, TensorView dv,
-                Profile* profile) {
+                Profile* profile) override {
     agree_on_call(comm,
                   tensors_error({{"q", &q}, {"out", &out}, {"dout", &dout}, {"dq", &dq}},
                                 {{"k", &k}, {"v", &v}, {"dk", &dk}, {"dv", &dv}}, &lse),
@@ -262,11 +266,12 @@ struct RingAttention::Impl {
     recorder.finish();
   }
 
+ private:
   Communicator& comm;
   const AttentionShape shape;
   const AttentionOptions options;
   const int64_t strategy;
-  const SequenceLayout layout;
+  const SequenceLayout sequence_layout;
   std::unique_ptr<BlockKernels> kernels;
   const AttentionMask mask;
   const float scale;
@@ -293,82 +298,58 @@ struct RingAttention::Impl {
   BackwardBlock backward_block;
 };
 
-RingAttention::RingAttention(Communicator& communicator, LayoutKind layout, const AttentionShape& shape,
-                             const AttentionOptions& options)
-    : impl_(std::make_unique<Impl>(communicator, layout, shape, options, "")) {}
-
-RingAttention::~RingAttention() = default;
-
-const SequenceLayout& RingAttention::layout() const { return impl_->layout; }
-
-void RingAttention::forward(const TensorView& q, const TensorView& k, const TensorView& v, TensorView out,
-                            TensorView lse, Profile* profile) {
-  impl_->forward(q, k, v, out, lse, profile);
-}
-
-void RingAttention::backward(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
-                             const TensorView& lse, const TensorView& dout, TensorView dq, TensorView dk,
-                             TensorView dv, Profile* profile) {
-  impl_->backward(q, k, v, out, lse, dout, dq, dk, dv, profile);
+std::unique_ptr<Strategy> make_ring_strategy(Communicator& communicator, LayoutKind layout, const AttentionShape& shape,
+                                             const AttentionOptions& options, const std::string& caller_error) {
+  return std::make_unique<RingStrategy>(communicator, layout, shape, options, caller_error);
 }
 
 namespace {
 
-// The global shape implied by this rank's q and k, and why it cannot be read when they are not
-// (B, S_local, H, D) tensors.
-std::pair<AttentionShape, std::string> shape_from_tensors(const Communicator& communicator, const TensorView& q,
-                                                          const TensorView& k) {
-  if (q.ndim != 4) return {AttentionShape{}, "q has shape " + q.describe() + "; expected 4 dimensions (B, S, H, D)"};
-  if (k.ndim != 4) return {AttentionShape{}, "k has shape " + k.describe() + "; expected 4 dimensions (B, S, HK, D)"};
-  return {AttentionShape{q.size(0), q.size(1) * communicator.size(), q.size(2), k.size(2), q.size(3), q.dtype}, ""};
+// A one-shot plan for the global shape implied by this rank's q and k, and why that shape cannot
+// be read when they are not (B, S_local, H, D) tensors (agreed with the other ranks like any
+// other invalid argument).
+std::unique_ptr<Strategy> plan_from_tensors(Communicator& communicator, LayoutKind layout, const TensorView& q,
+                                            const TensorView& k, const AttentionOptions& options) {
+  std::string error;
+  AttentionShape shape;
+  if (q.ndim != 4) {
+    error = "q has shape " + q.describe() + "; expected 4 dimensions (B, S, H, D)";
+  } else if (k.ndim != 4) {
+    error = "k has shape " + k.describe() + "; expected 4 dimensions (B, S, HK, D)";
+  } else {
+    shape = AttentionShape{q.size(0), q.size(1) * communicator.size(), q.size(2), k.size(2), q.size(3), q.dtype};
+  }
+  return make_ring_strategy(communicator, layout, shape, options, error);
 }
 
 }  // namespace
 
-struct RingAttentionCalls {
-  static void forward(LayoutKind layout, Communicator& communicator, const TensorView& q, const TensorView& k,
-                      const TensorView& v, TensorView out, TensorView lse, const AttentionOptions& options,
-                      Profile* profile) {
-    auto [shape, error] = shape_from_tensors(communicator, q, k);
-    RingAttention::Impl plan(communicator, layout, shape, options, error);
-    plan.forward(q, k, v, out, lse, profile);
-  }
-  static void backward(LayoutKind layout, Communicator& communicator, const TensorView& q, const TensorView& k,
-                       const TensorView& v, const TensorView& out, const TensorView& lse, const TensorView& dout,
-                       TensorView dq, TensorView dk, TensorView dv, const AttentionOptions& options,
-                       Profile* profile) {
-    auto [shape, error] = shape_from_tensors(communicator, q, k);
-    RingAttention::Impl plan(communicator, layout, shape, options, error);
-    plan.backward(q, k, v, out, lse, dout, dq, dk, dv, profile);
-  }
-};
-
 void ring_attention_forward(Communicator& communicator, const TensorView& q, const TensorView& k,
                             const TensorView& v, TensorView out, TensorView lse, const AttentionOptions& options,
                             Profile* profile) {
-  RingAttentionCalls::forward(LayoutKind::contiguous, communicator, q, k, v, out, lse, options, profile);
+  plan_from_tensors(communicator, LayoutKind::contiguous, q, k, options)->forward(q, k, v, out, lse, profile);
 }
 
 void ring_attention_backward(Communicator& communicator, const TensorView& q, const TensorView& k,
                              const TensorView& v, const TensorView& out, const TensorView& lse,
                              const TensorView& dout, TensorView dq, TensorView dk, TensorView dv,
                              const AttentionOptions& options, Profile* profile) {
-  RingAttentionCalls::backward(LayoutKind::contiguous, communicator, q, k, v, out, lse, dout, dq, dk, dv, options,
-                               profile);
+  plan_from_tensors(communicator, LayoutKind::contiguous, q, k, options)
+      ->backward(q, k, v, out, lse, dout, dq, dk, dv, profile);
 }
 
 void zigzag_ring_attention_forward(Communicator& communicator, const TensorView& q, const TensorView& k,
                                    const TensorView& v, TensorView out, TensorView lse,
                                    const AttentionOptions& options, Profile* profile) {
-  RingAttentionCalls::forward(LayoutKind::zigzag, communicator, q, k, v, out, lse, options, profile);
+  plan_from_tensors(communicator, LayoutKind::zigzag, q, k, options)->forward(q, k, v, out, lse, profile);
 }
 
 void zigzag_ring_attention_backward(Communicator& communicator, const TensorView& q, const TensorView& k,
                                     const TensorView& v, const TensorView& out, const TensorView& lse,
                                     const TensorView& dout, TensorView dq, TensorView dk, TensorView dv,
                                     const AttentionOptions& options, Profile* profile) {
-  RingAttentionCalls::backward(LayoutKind::zigzag, communicator, q, k, v, out, lse, dout, dq, dk, dv, options,
-                               profile);
+  plan_from_tensors(communicator, LayoutKind::zigzag, q, k, options)
+      ->backward(q, k, v, out, lse, dout, dq, dk, dv, profile);
 }
 
 }  // namespace spattn

@@ -129,7 +129,7 @@ class ExitStatus(unittest.TestCase):
     def test_unknown_algorithm_names_the_allowed_ones(self):
         result = spattn(1, "run", "--algo", "spiral")
         self.assertEqual(result.returncode, 2)
-        self.assertIn("allowed: ring, zigzag", result.stderr)
+        self.assertIn("allowed: ring, zigzag, ulysses, hamilton, hamilton2, allgather, usp", result.stderr)
 
     def test_indivisible_sequence_names_nearest_valid_lengths(self):
         result = spattn(3, "run", "--algo", "zigzag", "--seq", "100")

@@ -9,6 +9,7 @@
 #include "distributed_world.hpp"
 #include "host_tensor.hpp"
 #include "spattn/error.hpp"
+#include "spattn/distributed_attention.hpp"
 #include "spattn/ring_attention.hpp"
 
 namespace spattn {
@@ -108,7 +109,7 @@ TEST(BadInput, RanksDisagreeOnTheShape) {
 
 TEST(BadInput, PlanRejectsTensorsOfAnotherShape) {
   const int ranks = world().size();
-  RingAttention plan(world(), LayoutKind::contiguous, AttentionShape{1, 8 * ranks, 2, 2, 16, DType::f32}, {});
+  DistributedAttention plan(world(), Algorithm::ring, AttentionShape{1, 8 * ranks, 2, 2, 16, DType::f32}, {});
   Shard shard(4, 2, 2, 16);  // the plan expects 8 tokens per rank
   EXPECT_THAT(error_of([&] { plan.forward(shard.q.view(), shard.k.view(), shard.v.view(), shard.out.view(), shard.lse.view()); }),
               HasSubstr("q has shape (1, 4, 2, 16) fp32 cpu; expected (1, 8, 2, 16)"));

@@ -1,0 +1,74 @@
+#pragma once
+/// \file distributed_attention.hpp
+/// Every strategy behind one plan: pick an Algorithm, give the global shape and options, and call
+/// forward/backward with this rank's shard (see layout() and shard_sequence).
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "spattn/attention_options.hpp"
+#include "spattn/attention_shape.hpp"
+#include "spattn/communicator.hpp"
+#include "spattn/profile.hpp"
+#include "spattn/sequence_layout.hpp"
+#include "spattn/tensor.hpp"
+
+namespace spattn {
+
+enum class Algorithm {
+  ring,       ///< ring attention: keys and values pass around a ring, contiguous shards
+  zigzag,     ///< ring attention over the zigzag layout: equal work per rank under a causal mask
+  ulysses,    ///< all-to-all from sequence shards to head shards, local attention, and back
+  hamilton,   ///< Hamiltonian-cycle attention (TASP): n-1 cycles keep every link busy
+  hamilton2,  ///< two-level Hamiltonian cycles for nodes of m ranks (StrategyOptions::nodes)
+  allgather,  ///< all-gather keys and values, attend once (Llama 3 style)
+  usp,        ///< Ulysses inside groups x zigzag ring across groups (StrategyOptions::inner)
+};
+
+/// Every algorithm, in the order help texts list them.
+const std::vector<Algorithm>& all_algorithms();
+/// "ring", "zigzag", "ulysses", "hamilton", "hamilton2", "allgather" or "usp".
+std::string algorithm_name(Algorithm algorithm);
+/// Throws Error naming the allowed names.
+Algorithm parse_algorithm(const std::string& name);
+
+/// Parameters only some strategies read.
+struct StrategyOptions {
+  int nodes = 1;  ///< hamilton2: nodes u; ranks per node m = N / u
+  int inner = 0;  ///< usp: Ulysses degree N1 (ranks per group); 0 chooses the largest that fits
+};
+
+/// A plan for repeated calls of one shape with one strategy: validates once, agrees across
+/// ranks, and owns its workspace (allocated at the first call, reused by later ones).
+/// Collective: every rank constructs it with the same arguments.
+///
+/// Tensors are this rank's shard in layout(), S_local = S / N:
+///   q, out, dout, dq: (B, S_local, H, D) in shape.dtype;  k, v, dk, dv: (B, S_local, HK, D);
+///   lse: (B, H, S_local) fp32.
+class DistributedAttention {
+ public:
+  DistributedAttention(Communicator& communicator, Algorithm algorithm, const AttentionShape& shape,
+                       const AttentionOptions& options, const StrategyOptions& strategy_options = {});
+  ~DistributedAttention();
+  DistributedAttention(const DistributedAttention&) = delete;
+  DistributedAttention& operator=(const DistributedAttention&) = delete;
+
+  Algorithm algorithm() const { return algorithm_; }
+  /// Which global tokens each rank holds.
+  const SequenceLayout& layout() const;
+
+  void forward(const TensorView& q, const TensorView& k, const TensorView& v, TensorView out, TensorView lse,
+               Profile* profile = nullptr);
+  void backward(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+                const TensorView& lse, const TensorView& dout, TensorView dq, TensorView dk, TensorView dv,
+                Profile* profile = nullptr);
+
+  class Strategy;  ///< what each algorithm implements (src/strategies/strategy.hpp)
+
+ private:
+  Algorithm algorithm_;
+  std::unique_ptr<Strategy> strategy_;
+};
+
+}  // namespace spattn

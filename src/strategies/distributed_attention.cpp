@@ -1,0 +1,73 @@
+#include "spattn/distributed_attention.hpp"
+
+#include "spattn/error.hpp"
+#include "strategies/strategy.hpp"
+
+namespace spattn {
+
+const std::vector<Algorithm>& all_algorithms() {
+  static const std::vector<Algorithm> algorithms = {Algorithm::ring,      Algorithm::zigzag,    Algorithm::ulysses,
+                                                    Algorithm::hamilton,  Algorithm::hamilton2, Algorithm::allgather,
+                                                    Algorithm::usp};
+  return algorithms;
+}
+
+std::string algorithm_name(Algorithm algorithm) {
+  switch (algorithm) {
+    case Algorithm::ring: return "ring";
+    case Algorithm::zigzag: return "zigzag";
+    case Algorithm::ulysses: return "ulysses";
+    case Algorithm::hamilton: return "hamilton";
+    case Algorithm::hamilton2: return "hamilton2";
+    case Algorithm::allgather: return "allgather";
+    case Algorithm::usp: return "usp";
+  }
+  return "unknown";
+}
+
+Algorithm parse_algorithm(const std::string& name) {
+  std::string allowed;
+  for (Algorithm algorithm : all_algorithms()) {
+    if (algorithm_name(algorithm) == name) return algorithm;
+    allowed += (allowed.empty() ? "" : ", ") + algorithm_name(algorithm);
+  }
+  SPATTN_FAIL("unknown algorithm '" << name << "'; allowed: " << allowed);
+}
+
+namespace {
+
+std::unique_ptr<Strategy> make_strategy(Communicator& communicator, Algorithm algorithm, const AttentionShape& shape,
+                                        const AttentionOptions& options, const StrategyOptions& strategy_options) {
+  (void)strategy_options;
+  switch (algorithm) {
+    case Algorithm::ring: return make_ring_strategy(communicator, LayoutKind::contiguous, shape, options, "");
+    case Algorithm::zigzag: return make_ring_strategy(communicator, LayoutKind::zigzag, shape, options, "");
+    default: break;
+  }
+  // Every rank reaches this point with the same algorithm, so refusing here cannot leave a peer
+  // waiting.
+  SPATTN_FAIL("algorithm '" << algorithm_name(algorithm) << "' is not built yet");
+}
+
+}  // namespace
+
+DistributedAttention::DistributedAttention(Communicator& communicator, Algorithm algorithm, const AttentionShape& shape,
+                                           const AttentionOptions& options, const StrategyOptions& strategy_options)
+    : algorithm_(algorithm), strategy_(make_strategy(communicator, algorithm, shape, options, strategy_options)) {}
+
+DistributedAttention::~DistributedAttention() = default;
+
+const SequenceLayout& DistributedAttention::layout() const { return strategy_->layout(); }
+
+void DistributedAttention::forward(const TensorView& q, const TensorView& k, const TensorView& v, TensorView out,
+                                   TensorView lse, Profile* profile) {
+  strategy_->forward(q, k, v, out, lse, profile);
+}
+
+void DistributedAttention::backward(const TensorView& q, const TensorView& k, const TensorView& v,
+                                    const TensorView& out, const TensorView& lse, const TensorView& dout, TensorView dq,
+                                    TensorView dk, TensorView dv, Profile* profile) {
+  strategy_->backward(q, k, v, out, lse, dout, dq, dk, dv, profile);
+}
+
+}  // namespace spattn

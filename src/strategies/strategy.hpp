@@ -1,0 +1,30 @@
+#pragma once
+// What every strategy implements behind DistributedAttention, and the factory of each. A factory
+// validates its arguments and agrees on them with every rank (agree_on_call) before returning;
+// `caller_error` is a problem the caller found first and must be part of that agreement.
+
+#include <memory>
+#include <string>
+
+#include "spattn/distributed_attention.hpp"
+
+namespace spattn {
+
+class DistributedAttention::Strategy {
+ public:
+  virtual ~Strategy() = default;
+  virtual const SequenceLayout& layout() const = 0;
+  virtual void forward(const TensorView& q, const TensorView& k, const TensorView& v, TensorView out, TensorView lse,
+                       Profile* profile) = 0;
+  virtual void backward(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+                        const TensorView& lse, const TensorView& dout, TensorView dq, TensorView dk, TensorView dv,
+                        Profile* profile) = 0;
+};
+
+using Strategy = DistributedAttention::Strategy;
+
+/// ring (contiguous layout) and zigzag (zigzag layout).
+std::unique_ptr<Strategy> make_ring_strategy(Communicator& communicator, LayoutKind layout, const AttentionShape& shape,
+                                             const AttentionOptions& options, const std::string& caller_error);
+
+}  // namespace spattn
