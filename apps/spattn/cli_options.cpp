@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "schedule/cost_model.hpp"
 #include "spattn/distributed_attention.hpp"
 
 namespace spattn::app {
@@ -15,9 +16,15 @@ namespace {
 
 constexpr char kSeeHelp[] = "see 'spattn help'";
 
-std::string algorithm_list() {
+std::string algorithm_list(const std::vector<Algorithm>& algorithms = all_algorithms()) {
   std::string names;
-  for (Algorithm algorithm : all_algorithms()) names += (names.empty() ? "" : ", ") + algorithm_name(algorithm);
+  for (Algorithm algorithm : algorithms) names += (names.empty() ? "" : ", ") + algorithm_name(algorithm);
+  return names;
+}
+
+std::string preset_list() {
+  std::string names;
+  for (const std::string& name : cluster_preset_names()) names += (names.empty() ? "" : ", ") + name;
   return names;
 }
 
@@ -69,12 +76,13 @@ void parse_window(RunOptions& options, const std::string& text) {
   options.window_right = *right;
 }
 
-float parse_scale(const std::string& text) {
-  float value = 0.0f;
+template <typename Real>
+Real parse_positive_real(const std::string& option, const std::string& text) {
+  Real value = 0;
   const char* end = text.data() + text.size();
   const auto [stop, error] = std::from_chars(text.data(), end, value);
-  if (error != std::errc() || stop != end || !std::isfinite(value) || value <= 0.0f) {
-    fail_value("--scale", "a finite number > 0", text);
+  if (error != std::errc() || stop != end || !std::isfinite(value) || value <= 0) {
+    fail_value(option, "a finite number > 0", text);
   }
   return value;
 }
@@ -98,37 +106,61 @@ DType parse_dtype_option(const std::string& name) {
   }
 }
 
-// One option of `spattn run`: what it is called, what it does, and how it sets RunOptions.
-struct RunOption {
+// One option of a command: what it is called, what it does, and how it sets the command's
+// options (RunOptions or PlanOptions).
+template <typename Options>
+struct CommandOption {
   const char* name;
   const char* value_name;  // shown in the usage text; nullptr for a flag, which takes no value
   std::string description;
-  void (*apply)(RunOptions& options, const std::string& value);
+  void (*apply)(Options& options, const std::string& value);
 };
 
-const std::vector<RunOption>& run_option_table() {
-  const RunOptions defaults;
-  static const std::vector<RunOption> table = {
-      {"--algo", "NAME", "strategy: " + algorithm_list() + " (default " + defaults.algorithm + ")",
-       [](RunOptions& options, const std::string& value) { parse_algorithm(options, value); }},
-      {"--causal", nullptr, "causal mask: query i sees keys j <= i",
-       [](RunOptions& options, const std::string&) { options.causal = true; }},
+template <typename Options>
+using OptionTable = std::vector<CommandOption<Options>>;
+
+template <typename Options>
+OptionTable<Options> concatenated(std::initializer_list<OptionTable<Options>> parts) {
+  OptionTable<Options> table;
+  for (const OptionTable<Options>& part : parts) table.insert(table.end(), part.begin(), part.end());
+  return table;
+}
+
+// The options that give the attention shape, alike in every command that takes one.
+template <typename Options>
+OptionTable<Options> shape_options(const std::string& seq_description) {
+  const Options defaults;
+  return {
       {"--batch", "B", "batch size (default " + std::to_string(defaults.batch) + ")",
-       [](RunOptions& options, const std::string& value) { options.batch = parse_size("--batch", value); }},
-      {"--seq", "S", "global sequence length, split over the ranks (default " + std::to_string(defaults.seq) + ")",
-       [](RunOptions& options, const std::string& value) { options.seq = parse_size("--seq", value); }},
+       [](Options& options, const std::string& value) { options.batch = parse_size("--batch", value); }},
+      {"--seq", "S", seq_description,
+       [](Options& options, const std::string& value) { options.seq = parse_size("--seq", value); }},
       {"--heads", "H", "query heads (default " + std::to_string(defaults.heads) + ")",
-       [](RunOptions& options, const std::string& value) { options.heads = parse_size("--heads", value); }},
+       [](Options& options, const std::string& value) { options.heads = parse_size("--heads", value); }},
       {"--kv-heads", "HK", "key/value heads, dividing H (default H)",
-       [](RunOptions& options, const std::string& value) { options.kv_heads = parse_size("--kv-heads", value); }},
+       [](Options& options, const std::string& value) { options.kv_heads = parse_size("--kv-heads", value); }},
       {"--head-dim", "D", "head dimension (default " + std::to_string(defaults.head_dim) + ")",
-       [](RunOptions& options, const std::string& value) { options.head_dim = parse_size("--head-dim", value); }},
+       [](Options& options, const std::string& value) { options.head_dim = parse_size("--head-dim", value); }},
       {"--dtype", "T", "element type: fp32, fp16 or bf16 (default " + dtype_name(defaults.dtype) + ")",
-       [](RunOptions& options, const std::string& value) { options.dtype = parse_dtype_option(value); }},
-      {"--window", "L,R", "sliding window: query i sees keys i-L..i+R; each >= -1, -1 unbounded (default -1,-1)",
+       [](Options& options, const std::string& value) { options.dtype = parse_dtype_option(value); }},
+  };
+}
+
+const OptionTable<RunOptions>& run_option_table() {
+  const RunOptions defaults;
+  static const OptionTable<RunOptions> table = concatenated<RunOptions>({
+      {{"--algo", "NAME", "strategy: " + algorithm_list() + " (default " + defaults.algorithm + ")",
+        [](RunOptions& options, const std::string& value) { parse_algorithm(options, value); }},
+       {"--causal", nullptr, "causal mask: query i sees keys j <= i",
+        [](RunOptions& options, const std::string&) { options.causal = true; }}},
+      shape_options<RunOptions>("global sequence length, split over the ranks (default " +
+                                std::to_string(defaults.seq) + ")"),
+      {{"--window", "L,R", "sliding window: query i sees keys i-L..i+R; each >= -1, -1 unbounded (default -1,-1)",
        [](RunOptions& options, const std::string& value) { parse_window(options, value); }},
       {"--scale", "X", "softmax scale, finite and > 0 (default 1/sqrt(D))",
-       [](RunOptions& options, const std::string& value) { options.scale = parse_scale(value); }},
+       [](RunOptions& options, const std::string& value) {
+         options.scale = parse_positive_real<float>("--scale", value);
+       }},
       {"--backward", nullptr, "also run the backward pass",
        [](RunOptions& options, const std::string&) { options.backward = true; }},
       {"--check", nullptr, "compare against the fp64 reference and a single-rank run",
@@ -150,8 +182,59 @@ const std::vector<RunOption>& run_option_table() {
       {"--profile-steps", nullptr, "print a table of per-step timings",
        [](RunOptions& options, const std::string&) { options.profile_steps = true; }},
       {"--threads", "N", "CPU threads per rank (default: automatic)",
-       [](RunOptions& options, const std::string& value) { options.threads = parse_count("--threads", value, 1); }},
-  };
+       [](RunOptions& options, const std::string& value) { options.threads = parse_count("--threads", value, 1); }}},
+  });
+  return table;
+}
+
+void parse_plan_algorithm(PlanOptions& options, const std::string& name) {
+  const auto& algorithms = rotation_algorithms();
+  const bool rotates = std::any_of(algorithms.begin(), algorithms.end(),
+                                   [&](Algorithm algorithm) { return algorithm_name(algorithm) == name; });
+  if (!rotates) {
+    fail_value("--algo", "a rotation schedule: " + algorithm_list(algorithms) + " (--compare shows every strategy)",
+               name);
+  }
+  options.algorithm = name;
+}
+
+void parse_preset(PlanOptions& options, const std::string& name) {
+  const auto& names = cluster_preset_names();
+  if (std::find(names.begin(), names.end(), name) == names.end()) {
+    fail_value("--preset", "one of " + preset_list(), name);
+  }
+  options.preset = name;
+}
+
+const OptionTable<PlanOptions>& plan_option_table() {
+  const PlanOptions defaults;
+  static const OptionTable<PlanOptions> table = concatenated<PlanOptions>({
+      {{"--algo", "NAME",
+        "schedule to show: " + algorithm_list(rotation_algorithms()) + " (default " + defaults.algorithm + ")",
+        [](PlanOptions& options, const std::string& value) { parse_plan_algorithm(options, value); }},
+       {"--ranks", "N", "ranks, at least 2 (default: every GPU of the preset)",
+        [](PlanOptions& options, const std::string& value) {
+          options.ranks = parse_integer<int>("--ranks", value, 2, "an integer >= 2");
+        }},
+       {"--nodes", "U", "hamilton2: nodes, of N/U ranks each (default: the nodes the ranks occupy)",
+        [](PlanOptions& options, const std::string& value) { options.nodes = parse_count("--nodes", value, 1); }},
+       {"--inner", "N1", "usp: Ulysses degree (default: the largest that divides N and HK within a node)",
+        [](PlanOptions& options, const std::string& value) { options.inner = parse_count("--inner", value, 1); }},
+       {"--causal", nullptr, "causal mask: query i sees keys j <= i",
+        [](PlanOptions& options, const std::string&) { options.causal = true; }}},
+      shape_options<PlanOptions>("global sequence length (default " + std::to_string(kPlanTokensPerRank) +
+                                 " per rank)"),
+      {{"--preset", "NAME", "cluster: " + preset_list() + " (default " + defaults.preset + "; see below)",
+        [](PlanOptions& options, const std::string& value) { parse_preset(options, value); }},
+       {"--tflops", "R", "attention kernel rate in TFLOP/s (default: the preset's)",
+        [](PlanOptions& options, const std::string& value) {
+          options.tflops = parse_positive_real<double>("--tflops", value);
+        }},
+       {"--compare", nullptr, "the modelled time of every strategy side by side",
+        [](PlanOptions& options, const std::string&) { options.compare = true; }},
+       {"--json", nullptr, "print one JSON object",
+        [](PlanOptions& options, const std::string&) { options.json = true; }}},
+  });
   return table;
 }
 
@@ -167,18 +250,21 @@ SplitArgument split_argument(const std::string& argument) {
   return {argument.substr(0, equals), argument.substr(equals + 1)};
 }
 
-RunOptions parse_run_options(const std::vector<std::string>& arguments) {
-  RunOptions options;
+// The options of `spattn <command>`, which takes a shape (--kv-heads defaults to --heads).
+template <typename Options>
+Options parse_options(const OptionTable<Options>& specs, const std::string& command,
+                      const std::vector<std::string>& arguments) {
+  Options options;
   // 0 marks "not given": --kv-heads must be positive, so it cannot be confused with a value.
   options.kv_heads = 0;
   for (std::size_t i = 0; i < arguments.size(); ++i) {
     const SplitArgument argument = split_argument(arguments[i]);
-    const auto& specs = run_option_table();
-    const auto spec = std::find_if(specs.begin(), specs.end(),
-                                   [&](const RunOption& option) { return argument.name == option.name; });
+    const auto spec = std::find_if(specs.begin(), specs.end(), [&](const CommandOption<Options>& option) {
+      return argument.name == option.name;
+    });
     if (spec == specs.end()) {
       const char* kind = argument.name.rfind("-", 0) == 0 ? "unknown option" : "unexpected argument";
-      throw UsageError(std::string(kind) + " '" + argument.name + "' for 'spattn run'; " + kSeeHelp);
+      throw UsageError(std::string(kind) + " '" + argument.name + "' for 'spattn " + command + "'; " + kSeeHelp);
     }
     if (spec->value_name == nullptr) {
       if (argument.attached_value) {
@@ -213,6 +299,23 @@ bool parse_info_options(const std::vector<std::string>& arguments) {
   return json;
 }
 
+std::string option_line(const std::string& usage, const std::string& description) {
+  constexpr std::size_t kDescriptionColumn = 22;
+  const std::string indented = "  " + usage;
+  return indented + std::string(std::max<std::size_t>(kDescriptionColumn, indented.size() + 2) - indented.size(), ' ') +
+         description + "\n";
+}
+
+template <typename Options>
+std::string option_lines(const OptionTable<Options>& table) {
+  std::string lines;
+  for (const CommandOption<Options>& option : table) {
+    const std::string usage = std::string(option.name) + (option.value_name ? std::string(" ") + option.value_name : "");
+    lines += option_line(usage, option.description);
+  }
+  return lines + option_line("--help", "print this text");
+}
+
 bool asks_for_help(const std::string& argument) { return argument == "--help" || argument == "-h"; }
 
 }  // namespace
@@ -228,7 +331,10 @@ CliCommand parse_command_line(int argc, const char* const* argv) {
   const std::vector<std::string> options(arguments.begin() + 1, arguments.end());
   if (name == "run") {
     command.kind = CliCommand::Kind::run;
-    command.run = parse_run_options(options);
+    command.run = parse_options(run_option_table(), name, options);
+  } else if (name == "plan") {
+    command.kind = CliCommand::Kind::plan;
+    command.plan = parse_options(plan_option_table(), name, options);
   } else if (name == "info") {
     command.kind = CliCommand::Kind::info;
     command.json = parse_info_options(options);
@@ -236,32 +342,30 @@ CliCommand parse_command_line(int argc, const char* const* argv) {
     if (!options.empty()) throw UsageError("'spattn help' takes no arguments, got '" + options.front() + "'");
     command.kind = CliCommand::Kind::help;
   } else {
-    throw UsageError("unknown command '" + name + "'; allowed: run, info, help; " + kSeeHelp);
+    throw UsageError("unknown command '" + name + "'; allowed: run, info, plan, help; " + kSeeHelp);
   }
   return command;
 }
 
 std::string usage_text() {
-  constexpr std::size_t kDescriptionColumn = 22;
-  const auto option_line = [&](const std::string& usage, const std::string& description) {
-    const std::string indented = "  " + usage;
-    return indented + std::string(std::max<std::size_t>(kDescriptionColumn, indented.size() + 2) - indented.size(), ' ') +
-           description + "\n";
-  };
   std::ostringstream text;
   text << "usage: spattn <command> [options]\n"
           "       mpirun -n P spattn run [options]\n\n"
           "commands:\n"
        << option_line("run", "compute exact attention over the ranks and report time (and errors with --check)")
        << option_line("info", "print how spattn was built and what this machine offers")
+       << option_line("plan", "print a rotation schedule (cycles, routing tables, bytes per link), or with")
+       << option_line("", "--compare the modelled time of every strategy for a shape and a cluster")
        << option_line("help", "print this text (also: --help, -h)")
-       << "\noptions of 'spattn run' (--name value or --name=value):\n";
-  for (const RunOption& option : run_option_table()) {
-    const std::string usage = std::string(option.name) + (option.value_name ? std::string(" ") + option.value_name : "");
-    text << option_line(usage, option.description);
+       << "\noptions of 'spattn run' (--name value or --name=value):\n"
+       << option_lines(run_option_table()) << "\noptions of 'spattn info':\n"
+       << option_line("--json", "print one JSON object as the last line")
+       << "\noptions of 'spattn plan' (no ranks needed; it runs no attention):\n"
+       << option_lines(plan_option_table())
+       << "presets of --preset (src/schedule/cost_model.hpp):\n";
+  for (const std::string& preset : cluster_preset_names()) {
+    text << option_line(preset, cluster_summary(cluster_preset(preset)));
   }
-  text << option_line("--help", "print this text") << "\noptions of 'spattn info':\n"
-       << option_line("--json", "print one JSON object as the last line");
   return text.str();
 }
 

@@ -45,11 +45,35 @@ struct RunOptions {
   int threads = 0;  // CPU threads per rank; 0: chosen automatically
 };
 
+/// Options of `spattn plan`, with their defaults: the rotation schedule of one algorithm, or
+/// with --compare the modelled cost of every strategy (src/schedule/cost_model.hpp).
+struct PlanOptions {
+  std::string algorithm = "hamilton";  // ring, zigzag, hamilton or hamilton2: the schedule shown
+  int ranks = 0;                       // 0: every GPU of the preset
+  int nodes = 0;                       // hamilton2's nodes; 0: the nodes the ranks occupy
+  int inner = 0;                       // usp's Ulysses degree; 0: the largest that fits a node
+  bool causal = false;
+  int64_t batch = 1;
+  int64_t seq = 0;  // global sequence length; 0: kPlanTokensPerRank per rank
+  int64_t heads = 32;
+  int64_t kv_heads = 32;  // equals heads unless --kv-heads is given
+  int64_t head_dim = 128;
+  DType dtype = DType::bf16;
+  std::string preset = "nvswitch";  // one of cluster_preset_names() (schedule/cost_model.hpp)
+  std::optional<double> tflops;     // kernel rate; the preset's when unset
+  bool compare = false;
+  bool json = false;
+};
+
+/// Tokens per rank of `spattn plan` when --seq is not given.
+inline constexpr int64_t kPlanTokensPerRank = 8192;
+
 /// A parsed command line.
 struct CliCommand {
-  enum class Kind { run, info, help };
+  enum class Kind { run, info, plan, help };
   Kind kind = Kind::help;
   RunOptions run;     // meaningful for Kind::run
+  PlanOptions plan;   // meaningful for Kind::plan
   bool json = false;  // `spattn info --json`
 };
 

@@ -6,6 +6,7 @@
 
 #include "cli_options.hpp"
 #include "info_command.hpp"
+#include "plan_command.hpp"
 #include "run_command.hpp"
 
 namespace {
@@ -33,6 +34,9 @@ int main(int argc, char** argv) {
         return 0;
       case CliCommand::Kind::run:
         return spattn::app::run_command(command.run);
+      case CliCommand::Kind::plan:
+        if (is_first_rank()) std::cout << spattn::app::plan_text(command.plan) << std::endl;
+        return 0;
     }
   } catch (const spattn::app::UsageError& error) {
     if (is_first_rank()) std::cerr << error.what() << "\n";

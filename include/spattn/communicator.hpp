@@ -56,9 +56,18 @@ class Communicator {
   virtual std::unique_ptr<PendingTransfer> start_all_gather(const void* send, void* receive,
                                                             std::size_t bytes_per_rank) = 0;
 
+  /// Starts a reduce-scatter of fp32 sums: block j of `receive` (floats_per_rank floats) is the
+  /// sum over ranks of block j of their `send`, on rank j.
+  virtual std::unique_ptr<PendingTransfer> start_reduce_scatter_sum(const float* send, float* receive,
+                                                                    std::size_t floats_per_rank) = 0;
+
   /// Completes a started transfer; on CUDA it orders the caller's stream after it instead of
   /// blocking the host.
   virtual void wait(PendingTransfer& transfer) = 0;
+
+  /// A communicator of the ranks that pass the same `color`, ordered by `key` (then by rank).
+  /// Collective over this communicator.
+  virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
 
   /// Blocks until every rank arrives.
   virtual void barrier() = 0;

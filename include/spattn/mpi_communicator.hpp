@@ -31,7 +31,10 @@ class MpiCommunicator final : public Communicator {
                                                     std::size_t bytes_per_rank) override;
   std::unique_ptr<PendingTransfer> start_all_gather(const void* send, void* receive,
                                                     std::size_t bytes_per_rank) override;
+  std::unique_ptr<PendingTransfer> start_reduce_scatter_sum(const float* send, float* receive,
+                                                            std::size_t floats_per_rank) override;
   void wait(PendingTransfer& transfer) override;
+  std::unique_ptr<Communicator> split(int color, int key) override;
   void barrier() override;
   void host_all_gather(const void* send, void* receive, std::size_t bytes_per_rank) override;
 

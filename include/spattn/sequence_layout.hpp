@@ -29,28 +29,41 @@ struct SequenceChunk {
   int64_t local_offset = 0;  // where it starts in the rank's shard
 };
 
-/// The split of a sequence of `global_length` tokens over `ranks` ranks.
+/// Which tokens of a global sequence every rank holds, as chunks of consecutive positions.
 class SequenceLayout {
  public:
   /// Throws Error when the length cannot be split this way, naming the nearest valid lengths.
   SequenceLayout(LayoutKind kind, int64_t global_length, int ranks);
 
+  /// The layout of Ulysses-in-groups schemes (USP): `group_layout` places the sequence over the
+  /// groups, and each group's tokens (its chunks, in order) are split contiguously over its
+  /// `ranks_per_group` ranks; rank g * ranks_per_group + i is rank i of group g. Throws Error
+  /// when a group's tokens do not split evenly.
+  static SequenceLayout grouped(const SequenceLayout& group_layout, int ranks_per_group);
+
   /// An empty string when `global_length` splits over `ranks` in this layout, else the reason
   /// with the nearest valid lengths.
   static std::string split_error(LayoutKind kind, int64_t global_length, int ranks);
 
-  LayoutKind kind() const { return kind_; }
+  /// Like split_error, for grouped(SequenceLayout(group_kind, global_length, groups), ranks_per_group).
+  static std::string grouped_split_error(LayoutKind group_kind, int64_t global_length, int groups,
+                                         int ranks_per_group);
+
+  /// e.g. "zigzag", or "zigzag over 2 groups of 4 ranks".
+  const std::string& name() const { return name_; }
   int64_t global_length() const { return global_length_; }
-  int ranks() const { return ranks_; }
+  int ranks() const { return static_cast<int>(chunks_.size()); }
   /// Tokens per rank: S / N.
-  int64_t local_length() const { return global_length_ / ranks_; }
+  int64_t local_length() const { return global_length_ / ranks(); }
   /// The chunks of `rank`, in the order they sit in its shard.
-  std::vector<SequenceChunk> chunks(int rank) const;
+  const std::vector<SequenceChunk>& chunks(int rank) const;
 
  private:
-  LayoutKind kind_;
+  SequenceLayout(std::string name, int64_t global_length, std::vector<std::vector<SequenceChunk>> chunks);
+
+  std::string name_;
   int64_t global_length_;
-  int ranks_;
+  std::vector<std::vector<SequenceChunk>> chunks_;  // per rank
 };
 
 /// Copies rank `rank`'s shard of `full` (the whole sequence along `seq_dim`) into `local`.

@@ -30,7 +30,8 @@ std::string hamiltonian_decomposition_error(int ranks);
 RankCycles hamiltonian_decomposition(int ranks);
 
 /// "" when the two-level scheme (m ranks per node, u nodes) exists, else why: m must be even
-/// (or 1) and both at least 1.
+/// (or 1), both at least 1, and nodes at least 2 when m > 1 (on one node the m paths already use
+/// every link of the node, so use hamilton there).
 std::string two_level_error(int ranks_per_node, int nodes);
 
 /// The m cycles of the two-level scheme "(m-K_m-m)^u" of hamilton.md over n = m * u ranks,

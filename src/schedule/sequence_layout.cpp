@@ -4,6 +4,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "schedule/length_divisibility.hpp"
 #include "spattn/error.hpp"
 
 namespace spattn {
@@ -14,41 +15,91 @@ namespace {
 
 int64_t chunks_per_rank(LayoutKind kind) { return kind == LayoutKind::zigzag ? 2 : 1; }
 
+// The chunks of every rank of a contiguous or zigzag layout.
+std::vector<std::vector<SequenceChunk>> base_chunks(LayoutKind kind, int64_t global_length, int ranks) {
+  std::vector<std::vector<SequenceChunk>> chunks(static_cast<std::size_t>(ranks));
+  for (int rank = 0; rank < ranks; ++rank) {
+    if (kind == LayoutKind::contiguous) {
+      const int64_t length = global_length / ranks;
+      chunks[static_cast<std::size_t>(rank)] = {SequenceChunk{rank * length, length, 0}};
+    } else {
+      // zigzag: 2N chunks of S / 2N; rank r holds chunk r, then chunk 2N-1-r.
+      const int64_t chunk = global_length / (2 * ranks);
+      chunks[static_cast<std::size_t>(rank)] = {SequenceChunk{rank * chunk, chunk, 0},
+                                                SequenceChunk{(2 * ranks - 1 - rank) * chunk, chunk, chunk}};
+    }
+  }
+  return chunks;
+}
+
 }  // namespace
 
 std::string SequenceLayout::split_error(LayoutKind kind, int64_t global_length, int ranks) {
-  std::ostringstream reason;
-  if (ranks < 1) {
-    reason << "the number of ranks must be at least 1, got " << ranks;
-    return reason.str();
-  }
+  if (ranks < 1) return "the number of ranks must be at least 1, got " + std::to_string(ranks);
   const int64_t multiple = chunks_per_rank(kind) * ranks;
   if (global_length >= multiple && global_length % multiple == 0) return "";
-  const int64_t lower = global_length / multiple * multiple;
-  reason << "sequence length " << global_length << " cannot be split over " << ranks << " ranks in the "
-         << layout_name(kind) << " layout: it must be a positive multiple of "
-         << (kind == LayoutKind::zigzag ? "2 x ranks = " : "ranks = ") << multiple << "; nearest valid lengths: ";
-  if (lower > 0) reason << lower << " or ";
-  reason << lower + multiple;
-  return reason.str();
+  std::ostringstream what;
+  what << "sequence length " << global_length << " cannot be split over " << ranks << " ranks in the "
+       << layout_name(kind) << " layout";
+  return not_a_multiple(what.str(), kind == LayoutKind::zigzag ? "2 x ranks = " : "ranks = ", global_length, multiple);
+}
+
+std::string SequenceLayout::grouped_split_error(LayoutKind group_kind, int64_t global_length, int groups,
+                                                int ranks_per_group) {
+  if (ranks_per_group < 1) return "ranks per group must be at least 1, got " + std::to_string(ranks_per_group);
+  const std::string group_error = split_error(group_kind, global_length, groups);
+  if (!group_error.empty()) return group_error;
+  const int64_t multiple = chunks_per_rank(group_kind) * groups * ranks_per_group;
+  if (global_length % multiple == 0) return "";
+  std::ostringstream what;
+  what << "sequence length " << global_length << " cannot be split over " << groups << " groups of "
+       << ranks_per_group << " ranks in the " << layout_name(group_kind) << " layout";
+  return not_a_multiple(what.str(),
+                        group_kind == LayoutKind::zigzag ? "2 x groups x ranks per group = " : "ranks = ",
+                        global_length, multiple);
 }
 
 SequenceLayout::SequenceLayout(LayoutKind kind, int64_t global_length, int ranks)
-    : kind_(kind), global_length_(global_length), ranks_(ranks) {
+    : name_(layout_name(kind)), global_length_(global_length) {
   const std::string error = split_error(kind, global_length, ranks);
   SPATTN_CHECK(error.empty(), error);
+  chunks_ = base_chunks(kind, global_length, ranks);
 }
 
-std::vector<SequenceChunk> SequenceLayout::chunks(int rank) const {
-  SPATTN_CHECK(rank >= 0 && rank < ranks_, "rank " << rank << " is outside 0.." << ranks_ - 1);
-  if (kind_ == LayoutKind::contiguous) {
-    const int64_t length = local_length();
-    return {SequenceChunk{rank * length, length, 0}};
+SequenceLayout::SequenceLayout(std::string name, int64_t global_length, std::vector<std::vector<SequenceChunk>> chunks)
+    : name_(std::move(name)), global_length_(global_length), chunks_(std::move(chunks)) {}
+
+SequenceLayout SequenceLayout::grouped(const SequenceLayout& group_layout, int ranks_per_group) {
+  const int64_t group_length = group_layout.local_length();
+  SPATTN_CHECK(ranks_per_group >= 1 && group_length % ranks_per_group == 0,
+               "a group of " << group_length << " tokens cannot be split over " << ranks_per_group << " ranks");
+  const int64_t share = group_length / ranks_per_group;
+  std::vector<std::vector<SequenceChunk>> chunks;
+  for (int group = 0; group < group_layout.ranks(); ++group) {
+    for (int member = 0; member < ranks_per_group; ++member) {
+      // Tokens [member * share, (member + 1) * share) of the group's shard, cut where the group's
+      // chunks meet.
+      const int64_t begin = member * share;
+      const int64_t end = begin + share;
+      std::vector<SequenceChunk> mine;
+      for (const SequenceChunk& chunk : group_layout.chunks(group)) {
+        const int64_t overlap_begin = std::max(begin, chunk.local_offset);
+        const int64_t overlap_end = std::min(end, chunk.local_offset + chunk.length);
+        if (overlap_begin >= overlap_end) continue;
+        mine.push_back(SequenceChunk{chunk.position + overlap_begin - chunk.local_offset,
+                                     overlap_end - overlap_begin, overlap_begin - begin});
+      }
+      chunks.push_back(std::move(mine));
+    }
   }
-  // zigzag: 2N chunks of S / 2N; rank r holds chunk r, then chunk 2N-1-r.
-  const int64_t chunk = global_length_ / (2 * ranks_);
-  return {SequenceChunk{rank * chunk, chunk, 0},
-          SequenceChunk{(2 * ranks_ - 1 - rank) * chunk, chunk, chunk}};
+  std::ostringstream name;
+  name << group_layout.name() << " over " << group_layout.ranks() << " groups of " << ranks_per_group << " ranks";
+  return SequenceLayout(name.str(), group_layout.global_length(), std::move(chunks));
+}
+
+const std::vector<SequenceChunk>& SequenceLayout::chunks(int rank) const {
+  SPATTN_CHECK(rank >= 0 && rank < ranks(), "rank " << rank << " is outside 0.." << ranks() - 1);
+  return chunks_[static_cast<std::size_t>(rank)];
 }
 
 namespace {

@@ -47,6 +47,48 @@ std::string tensor_error(const char* name, const TensorView& tensor, std::initia
   return error.str();
 }
 
+namespace {
+
+using NamedTensors = std::initializer_list<std::pair<const char*, const TensorView*>>;
+
+// The first problem among query-like, key-like tensors and lse of a shard.
+std::string arguments_error(const AttentionShape& shape, int64_t local_seq, const Device& device, NamedTensors query_like,
+                            NamedTensors key_like, const TensorView& lse) {
+  for (const auto& [name, tensor] : query_like) {
+    std::string error =
+        tensor_error(name, *tensor, {shape.batch, local_seq, shape.heads, shape.head_dim}, shape.dtype, device);
+    if (!error.empty()) return error;
+  }
+  for (const auto& [name, tensor] : key_like) {
+    std::string error =
+        tensor_error(name, *tensor, {shape.batch, local_seq, shape.kv_heads, shape.head_dim}, shape.dtype, device);
+    if (!error.empty()) return error;
+  }
+  return tensor_error("lse", lse, {shape.batch, shape.heads, local_seq}, DType::f32, device);
+}
+
+}  // namespace
+
+std::string forward_arguments_error(const AttentionShape& shape, int64_t local_seq, const Device& device,
+                                    const TensorView& q, const TensorView& k, const TensorView& v,
+                                    const TensorView& out, const TensorView& lse) {
+  return arguments_error(shape, local_seq, device, {{"q", &q}, {"out", &out}}, {{"k", &k}, {"v", &v}}, lse);
+}
+
+std::string backward_arguments_error(const AttentionShape& shape, int64_t local_seq, const Device& device,
+                                     const TensorView& q, const TensorView& k, const TensorView& v,
+                                     const TensorView& out, const TensorView& lse, const TensorView& dout,
+                                     const TensorView& dq, const TensorView& dk, const TensorView& dv) {
+  return arguments_error(shape, local_seq, device, {{"q", &q}, {"out", &out}, {"dout", &dout}, {"dq", &dq}},
+                         {{"k", &k}, {"v", &v}, {"dk", &dk}, {"dv", &dv}}, lse);
+}
+
+std::pair<AttentionShape, std::string> global_shape_of(const TensorView& q, const TensorView& k, int ranks) {
+  if (q.ndim != 4) return {AttentionShape{}, "q has shape " + q.describe() + "; expected 4 dimensions (B, S, H, D)"};
+  if (k.ndim != 4) return {AttentionShape{}, "k has shape " + k.describe() + "; expected 4 dimensions (B, S, HK, D)"};
+  return {AttentionShape{q.size(0), q.size(1) * ranks, q.size(2), k.size(2), q.size(3), q.dtype}, ""};
+}
+
 std::string first_error(std::initializer_list<std::string> errors) {
   for (const std::string& error : errors)
     if (!error.empty()) return error;

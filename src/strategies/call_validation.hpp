@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "spattn/attention_options.hpp"
@@ -20,6 +21,23 @@ std::string shape_and_options_error(const AttentionShape& shape, const Attention
 /// One tensor argument against its expected shape, dtype and device.
 std::string tensor_error(const char* name, const TensorView& tensor, std::initializer_list<int64_t> expected_shape,
                          DType expected_dtype, const Device& expected_device);
+
+/// The arguments of a forward call on this rank's shard of `local_seq` tokens: q, out
+/// (B, S_local, H, D) and k, v (B, S_local, HK, D) in shape.dtype, lse (B, H, S_local) fp32.
+std::string forward_arguments_error(const AttentionShape& shape, int64_t local_seq, const Device& device,
+                                    const TensorView& q, const TensorView& k, const TensorView& v,
+                                    const TensorView& out, const TensorView& lse);
+
+/// The arguments of a backward call: those of forward plus dout, dq (like q) and dk, dv (like k).
+std::string backward_arguments_error(const AttentionShape& shape, int64_t local_seq, const Device& device,
+                                     const TensorView& q, const TensorView& k, const TensorView& v,
+                                     const TensorView& out, const TensorView& lse, const TensorView& dout,
+                                     const TensorView& dq, const TensorView& dk, const TensorView& dv);
+
+/// The global shape implied by this rank's q (B, S_local, H, D) and k (B, S_local, HK, D) with
+/// S = S_local x ranks, and why it cannot be read when they are not 4-d (to be agreed on like
+/// any other invalid argument).
+std::pair<AttentionShape, std::string> global_shape_of(const TensorView& q, const TensorView& k, int ranks);
 
 /// The first non-empty message of `errors`.
 std::string first_error(std::initializer_list<std::string> errors);

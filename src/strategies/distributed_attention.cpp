@@ -38,10 +38,14 @@ namespace {
 
 std::unique_ptr<Strategy> make_strategy(Communicator& communicator, Algorithm algorithm, const AttentionShape& shape,
                                         const AttentionOptions& options, const StrategyOptions& strategy_options) {
-  (void)strategy_options;
   switch (algorithm) {
     case Algorithm::ring: return make_ring_strategy(communicator, LayoutKind::contiguous, shape, options, "");
     case Algorithm::zigzag: return make_ring_strategy(communicator, LayoutKind::zigzag, shape, options, "");
+    case Algorithm::ulysses: return make_ulysses_strategy(communicator, shape, options, "");
+    case Algorithm::allgather: return make_allgather_strategy(communicator, shape, options, "");
+    case Algorithm::hamilton: return make_hamilton_strategy(communicator, shape, options, "");
+    case Algorithm::hamilton2:
+      return make_two_level_hamilton_strategy(communicator, strategy_options.nodes, shape, options, "");
     default: break;
   }
   // Every rank reaches this point with the same algorithm, so refusing here cannot leave a peer

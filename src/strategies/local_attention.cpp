@@ -9,22 +9,13 @@ namespace spattn {
 
 namespace {
 
-// The shape implied by q and k, after checking every argument against it.
-AttentionShape checked_shape(const TensorView& q, const TensorView& k,
-                             std::initializer_list<std::pair<const char*, const TensorView*>> query_like,
-                             std::initializer_list<std::pair<const char*, const TensorView*>> key_like,
-                             const TensorView& lse, const AttentionOptions& options, const Device& device) {
-  SPATTN_CHECK(q.ndim == 4, "q has shape " << q.describe() << "; expected 4 dimensions (B, S, H, D)");
-  SPATTN_CHECK(k.ndim == 4, "k has shape " << k.describe() << "; expected 4 dimensions (B, S, HK, D)");
-  const AttentionShape shape{q.size(0), q.size(1), q.size(2), k.size(2), q.size(3), q.dtype};
-  std::string error = shape_and_options_error(shape, options);
-  for (const auto& [name, tensor] : query_like)
-    if (error.empty())
-      error = tensor_error(name, *tensor, {shape.batch, shape.seq, shape.heads, shape.head_dim}, shape.dtype, device);
-  for (const auto& [name, tensor] : key_like)
-    if (error.empty())
-      error = tensor_error(name, *tensor, {shape.batch, shape.seq, shape.kv_heads, shape.head_dim}, shape.dtype, device);
-  if (error.empty()) error = tensor_error("lse", lse, {shape.batch, shape.heads, shape.seq}, DType::f32, device);
+// The shape implied by q and k, after `arguments_error` (a check of every argument against it)
+// passes.
+template <typename ArgumentsError>
+AttentionShape checked_shape(const TensorView& q, const TensorView& k, const AttentionOptions& options,
+                             ArgumentsError&& arguments_error) {
+  auto [shape, error] = global_shape_of(q, k, 1);
+  if (error.empty()) error = first_error({shape_and_options_error(shape, options), arguments_error(shape)});
   SPATTN_CHECK(error.empty(), error);
   return shape;
 }
@@ -38,8 +29,9 @@ std::size_t fp32_bytes(int64_t batch, int64_t seq, int64_t heads, int64_t head_d
 void local_attention_forward(const TensorView& q, const TensorView& k, const TensorView& v, TensorView out,
                              TensorView lse, const AttentionOptions& options) {
   auto kernels = make_block_kernels(q.device);
-  const AttentionShape shape = checked_shape(q, k, {{"q", &q}, {"out", &out}}, {{"k", &k}, {"v", &v}}, lse, options,
-                                             kernels->device());
+  const AttentionShape shape = checked_shape(q, k, options, [&](const AttentionShape& implied) {
+    return forward_arguments_error(implied, implied.seq, kernels->device(), q, k, v, out, lse);
+  });
   const DeviceBuffer out_buffer(*kernels, fp32_bytes(shape.batch, shape.seq, shape.heads, shape.head_dim));
   ForwardBlock block;
   block.q = q;
@@ -57,9 +49,9 @@ void local_attention_backward(const TensorView& q, const TensorView& k, const Te
                               const TensorView& lse, const TensorView& dout, TensorView dq, TensorView dk,
                               TensorView dv, const AttentionOptions& options) {
   auto kernels = make_block_kernels(q.device);
-  const AttentionShape shape =
-      checked_shape(q, k, {{"q", &q}, {"out", &out}, {"dout", &dout}, {"dq", &dq}},
-                    {{"k", &k}, {"v", &v}, {"dk", &dk}, {"dv", &dv}}, lse, options, kernels->device());
+  const AttentionShape shape = checked_shape(q, k, options, [&](const AttentionShape& implied) {
+    return backward_arguments_error(implied, implied.seq, kernels->device(), q, k, v, out, lse, dout, dq, dk, dv);
+  });
   const auto [B, S, H, HK, D] = std::make_tuple(shape.batch, shape.seq, shape.heads, shape.kv_heads, shape.head_dim);
   const Device device = kernels->device();
   const DeviceBuffer dq_buffer(*kernels, fp32_bytes(B, S, H, D)), dk_buffer(*kernels, fp32_bytes(B, S, HK, D)),

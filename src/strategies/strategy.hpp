@@ -27,4 +27,21 @@ using Strategy = DistributedAttention::Strategy;
 std::unique_ptr<Strategy> make_ring_strategy(Communicator& communicator, LayoutKind layout, const AttentionShape& shape,
                                              const AttentionOptions& options, const std::string& caller_error);
 
+/// ulysses (contiguous layout, heads divisible by ranks).
+std::unique_ptr<Strategy> make_ulysses_strategy(Communicator& communicator, const AttentionShape& shape,
+                                                const AttentionOptions& options, const std::string& caller_error);
+
+/// Hamiltonian-cycle attention over the n-1 cycles of K*_n (zigzag layout when causal).
+std::unique_ptr<Strategy> make_hamilton_strategy(Communicator& communicator, const AttentionShape& shape,
+                                                 const AttentionOptions& options, const std::string& caller_error);
+
+/// The two-level Hamiltonian scheme over `nodes` nodes of ranks / nodes ranks each.
+std::unique_ptr<Strategy> make_two_level_hamilton_strategy(Communicator& communicator, int nodes,
+                                                           const AttentionShape& shape, const AttentionOptions& options,
+                                                           const std::string& caller_error);
+
+/// All-gather attention over the zigzag layout, one kv head at a time.
+std::unique_ptr<Strategy> make_allgather_strategy(Communicator& communicator, const AttentionShape& shape,
+                                                  const AttentionOptions& options, const std::string& caller_error);
+
 }  // namespace spattn

@@ -84,6 +84,37 @@ TEST(MpiCommunicator, AllGatherPutsRankJsBlockAtJ) {
   comm.barrier();
 }
 
+TEST(MpiCommunicator, ReduceScatterSumsBlockJOntoRankJ) {
+  MpiCommunicator& comm = world();
+  const int ranks = comm.size();
+  const int per_rank = 5;
+  std::vector<float> send(static_cast<std::size_t>(ranks * per_rank)), receive(per_rank, -1.0f);
+  for (int block = 0; block < ranks; ++block)
+    for (int i = 0; i < per_rank; ++i)
+      send[static_cast<std::size_t>(block * per_rank + i)] = static_cast<float>(comm.rank() + 1) * (block * 10 + i);
+  auto transfer = comm.start_reduce_scatter_sum(send.data(), receive.data(), per_rank);
+  comm.wait(*transfer);
+  const float rank_sum = static_cast<float>(ranks * (ranks + 1) / 2);  // sum of (rank + 1)
+  for (int i = 0; i < per_rank; ++i)
+    EXPECT_EQ(receive[static_cast<std::size_t>(i)], rank_sum * (comm.rank() * 10 + i));
+}
+
+// Split by parity, ordered backwards: each part is its own world with its own ranks.
+TEST(MpiCommunicator, SplitMakesIndependentGroups) {
+  MpiCommunicator& comm = world();
+  const int color = comm.rank() % 2;
+  std::unique_ptr<Communicator> part = comm.split(color, -comm.rank());
+  const int expected_size = (comm.size() + 1 - color) / 2;
+  ASSERT_EQ(part->size(), expected_size);
+  // Ordered by key = -rank: the highest world rank of the colour is rank 0 of the part.
+  const int highest_of_colour = comm.size() - 1 - ((comm.size() - 1 - color) % 2);
+  EXPECT_EQ(part->rank(), (highest_of_colour - comm.rank()) / 2);
+  std::vector<int> members(static_cast<std::size_t>(part->size()));
+  const int me = comm.rank();
+  part->host_all_gather(&me, members.data(), sizeof me);
+  for (int member : members) EXPECT_EQ(member % 2, color);
+}
+
 TEST(MpiCommunicator, EmptyBatchAndSecondWaitAreHarmless) {
   auto transfer = world().start(TransferBatch{});
   world().wait(*transfer);

@@ -141,6 +141,23 @@ std::unique_ptr<PendingTransfer> MpiCommunicator::start_all_gather(const void* s
   });
 }
 
+std::unique_ptr<PendingTransfer> MpiCommunicator::start_reduce_scatter_sum(const float* send, float* receive,
+                                                                          std::size_t floats_per_rank) {
+  const int count = checked_count(floats_per_rank * sizeof(float)) / static_cast<int>(sizeof(float));
+  return start_collective("MPI_Ireduce_scatter_block", [&](MPI_Request* request) {
+    return MPI_Ireduce_scatter_block(send, receive, count, MPI_FLOAT, MPI_SUM, state_->comm, request);
+  });
+}
+
+std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {
+  MPI_Comm part = MPI_COMM_NULL;
+  check_mpi(MPI_Comm_split(state_->comm, color, key, &part), "MPI_Comm_split");
+  auto communicator = std::make_unique<MpiCommunicator>(&part);
+  // The new communicator holds its own duplicate; this handle is ours to free.
+  MPI_Comm_free(&part);
+  return communicator;
+}
+
 void MpiCommunicator::wait(PendingTransfer& transfer) {
   auto& pending = dynamic_cast<MpiPendingTransfer&>(transfer);
   std::vector<MPI_Request> requests;

@@ -229,7 +229,7 @@ TEST(CliOptionsTest, CommandsInfoAndHelp) {
   }
   EXPECT_THAT(usage_error({"help", "run"}), HasSubstr("'spattn help' takes no arguments, got 'run'"));
   EXPECT_EQ(usage_error({"frobnicate"}),
-            "spattn: unknown command 'frobnicate'; allowed: run, info, help; see 'spattn help'");
+            "spattn: unknown command 'frobnicate'; allowed: run, info, plan, help; see 'spattn help'");
   EXPECT_THAT(usage_error({"--seq"}), HasSubstr("unknown command '--seq'"));
 }
 

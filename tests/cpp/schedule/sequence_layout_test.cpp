@@ -74,6 +74,54 @@ TEST_P(EveryLayout, ShardThenUnshardRestoresTheTensor) {
   EXPECT_EQ(rebuilt, full);
 }
 
+// Every token of a grouped layout is held once, and each group's ranks hold its tokens in order.
+TEST(SequenceLayout, GroupedSplitsEachGroupsTokensContiguously) {
+  for (LayoutKind kind : {LayoutKind::contiguous, LayoutKind::zigzag})
+    for (int groups = 1; groups <= 4; ++groups)
+      for (int members = 1; members <= 5; ++members) {
+        const int64_t length = 2 * groups * members * 3;
+        const SequenceLayout group_layout(kind, length, groups);
+        const SequenceLayout layout = SequenceLayout::grouped(group_layout, members);
+        ASSERT_EQ(layout.ranks(), groups * members);
+        EXPECT_EQ(layout.local_length(), length / (groups * members));
+        std::vector<int> owners(static_cast<std::size_t>(length), 0);
+        for (int group = 0; group < groups; ++group) {
+          // The group's ranks, in order, hold exactly the group's tokens in the group's order.
+          std::vector<int64_t> group_positions, member_positions;
+          for (const SequenceChunk& chunk : group_layout.chunks(group))
+            for (int64_t i = 0; i < chunk.length; ++i) group_positions.push_back(chunk.position + i);
+          for (int member = 0; member < members; ++member) {
+            int64_t expected_offset = 0;
+            for (const SequenceChunk& chunk : layout.chunks(group * members + member)) {
+              EXPECT_EQ(chunk.local_offset, expected_offset);
+              expected_offset += chunk.length;
+              for (int64_t i = 0; i < chunk.length; ++i) {
+                member_positions.push_back(chunk.position + i);
+                ++owners[static_cast<std::size_t>(chunk.position + i)];
+              }
+            }
+            EXPECT_EQ(expected_offset, layout.local_length());
+          }
+          EXPECT_EQ(member_positions, group_positions) << layout.name();
+        }
+        for (int count : owners) EXPECT_EQ(count, 1);
+      }
+  // Groups of one rank are the group layout itself; contiguous groups are the contiguous layout.
+  const SequenceLayout contiguous_groups = SequenceLayout::grouped(SequenceLayout(LayoutKind::contiguous, 24, 2), 3);
+  const SequenceLayout contiguous(LayoutKind::contiguous, 24, 6);
+  for (int rank = 0; rank < 6; ++rank)
+    EXPECT_EQ(contiguous_groups.chunks(rank)[0].position, contiguous.chunks(rank)[0].position);
+  EXPECT_EQ(SequenceLayout::grouped(SequenceLayout(LayoutKind::zigzag, 24, 3), 1).chunks(1).size(), 2u);
+}
+
+TEST(SequenceLayout, GroupedLengthErrorsNameNearestLengths) {
+  EXPECT_THAT(SequenceLayout::grouped_split_error(LayoutKind::zigzag, 100, 2, 3),
+              HasSubstr("2 x groups x ranks per group = 12; nearest valid lengths: 96 or 108"));
+  EXPECT_THAT(SequenceLayout::grouped_split_error(LayoutKind::zigzag, 10, 4, 1), HasSubstr("2 x ranks = 8"));
+  EXPECT_EQ(SequenceLayout::grouped_split_error(LayoutKind::zigzag, 96, 2, 3), "");
+  EXPECT_THROW(SequenceLayout::grouped(SequenceLayout(LayoutKind::zigzag, 20, 2), 3), Error);
+}
+
 TEST(SequenceLayout, ShardRejectsMismatchedShapes) {
   const SequenceLayout layout(LayoutKind::contiguous, 8, 2);
   std::vector<float> full(8), local(3);

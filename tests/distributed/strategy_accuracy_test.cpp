@@ -1,8 +1,9 @@
-// Ring and zigzag ring attention at the rank count of this run, forward and backward, checked
-// against the fp64 reference with the 2x criterion for out, lse, dq, dk and dv.
+// Every strategy at the rank count of this run, forward and backward, checked against the fp64
+// reference with the 2x criterion for out, lse, dq, dk and dv.
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <sstream>
 #include <string>
 #include <tuple>
@@ -56,16 +57,76 @@ void expect_accurate(Algorithm algorithm, const AttentionProblem& problem) {
   EXPECT_EQ(verdict, "");
 }
 
+// How one algorithm runs at `ranks` ranks: its options and the unit its sequence length must be
+// a multiple of (the layout's chunks, times its slots for the Hamiltonian schemes), or why it does
+// not apply.
+struct AlgorithmSetup {
+  StrategyOptions options;
+  int64_t length_unit = 1;
+  std::string not_applicable;
+};
+
+AlgorithmSetup setup_for(Algorithm algorithm, int ranks) {
+  switch (algorithm) {
+    case Algorithm::ring: return {{}, ranks, ""};
+    case Algorithm::hamilton:
+      if (ranks == 4 || ranks == 6) return {{}, 1, "no Hamiltonian decomposition at 4 or 6 ranks"};
+      return {{}, 2 * ranks * std::max(1, ranks - 1), ""};
+    case Algorithm::hamilton2: {
+      // The largest even node size that leaves at least two nodes (4 x 2 at 8 ranks, 2 x 3 at 6,
+      // 2 x 2 at 4), else nodes of one rank.
+      int ranks_per_node = 1;
+      for (int size = 2; 2 * size <= ranks; size += 2)
+        if (ranks % size == 0) ranks_per_node = size;
+      StrategyOptions options;
+      options.nodes = ranks / ranks_per_node;
+      return {options, 2 * ranks * ranks_per_node, ""};
+    }
+    default: return {{}, 2 * ranks, ""};
+  }
+}
+
+// Runs `algorithm` on `problem` over every rank; rank 0 compares the gathered outputs with the
+// fp64 reference and a single-rank run, and every rank learns its verdict.
+void expect_accurate(Algorithm algorithm, const AttentionProblem& problem, const StrategyOptions& strategy_options) {
+  const StrategyRun distributed = run_strategy(world(), algorithm, problem, 0, 1, false, strategy_options);
+  std::string failures;
+  if (world().rank() == 0) {
+    const AttentionOutputs single = run_single_device(problem);
+    const ReferenceResult reference = reference_attention(problem.q.view(), problem.k.view(), problem.v.view(),
+                                                          problem.dout.view(), problem.options);
+    const std::vector<OutputError> errors = compare_with_reference(distributed.outputs, single, reference);
+    if (errors.size() != 5) failures = "expected 5 outputs to compare, got " + std::to_string(errors.size());
+    for (const OutputError& error : errors) {
+      if (error.pass) continue;
+      std::ostringstream text;
+      text << error.name << " at " << world().size() << " ranks: distributed error " << error.distributed
+           << " > bound " << error.bound << " (single-rank error " << error.single_rank << "); ";
+      failures += text.str();
+    }
+  }
+  std::string verdict;
+  try {
+    agree_on_call(world(), failures, {});
+  } catch (const Error& error) {
+    verdict = error.what();
+  }
+  EXPECT_EQ(verdict, "");
+}
+
 using AccuracyCase = std::tuple<Algorithm, int /*mask index*/, DType>;
 
-class RingAttentionAccuracy : public ::testing::TestWithParam<AccuracyCase> {};
+class StrategyAccuracy : public ::testing::TestWithParam<AccuracyCase> {};
 
-TEST_P(RingAttentionAccuracy, MatchesReferenceForwardAndBackward) {
+TEST_P(StrategyAccuracy, MatchesReferenceForwardAndBackward) {
   const auto [algorithm, mask_index, dtype] = GetParam();
-  // 13 tokens per zigzag chunk: odd, and not a multiple of any kernel tile.
-  const AttentionShape shape{2, 2 * world().size() * 13, 4, 2, 32, dtype};
+  const AlgorithmSetup setup = setup_for(algorithm, world().size());
+  if (!setup.not_applicable.empty()) GTEST_SKIP() << setup.not_applicable;
+  // An odd multiple of the unit, so that chunks and slots are not multiples of any kernel tile.
+  const int64_t multiple = setup.length_unit >= 26 ? 3 : 13;
+  const AttentionShape shape{2, setup.length_unit * multiple, 4, 2, 32, dtype};
   const uint64_t seed = 1000 + static_cast<uint64_t>(mask_index) * 10 + static_cast<uint64_t>(dtype);
-  expect_accurate(algorithm, random_problem(shape, kMasks[mask_index].options, seed, /*backward=*/true));
+  expect_accurate(algorithm, random_problem(shape, kMasks[mask_index].options, seed, /*backward=*/true), setup.options);
 }
 
 std::string case_name(const ::testing::TestParamInfo<AccuracyCase>& info) {
@@ -73,8 +134,9 @@ std::string case_name(const ::testing::TestParamInfo<AccuracyCase>& info) {
   return algorithm_name(algorithm) + "_" + kMasks[mask_index].name + "_" + dtype_name(dtype);
 }
 
-INSTANTIATE_TEST_SUITE_P(AllStrategies, RingAttentionAccuracy,
-                         ::testing::Combine(::testing::Values(Algorithm::ring, Algorithm::zigzag),
+INSTANTIATE_TEST_SUITE_P(AllStrategies, StrategyAccuracy,
+                         ::testing::Combine(::testing::Values(Algorithm::ring, Algorithm::zigzag, Algorithm::allgather,
+                                                              Algorithm::hamilton, Algorithm::hamilton2),
                                             ::testing::Range(0, 4),
                                             ::testing::Values(DType::f32, DType::bf16, DType::f16)),
                          case_name);
@@ -85,10 +147,11 @@ class LongChunkAccuracy : public ::testing::TestWithParam<Algorithm> {};
 
 TEST_P(LongChunkAccuracy, CausalMqaHeadDim128) {
   const AttentionShape shape{1, 2 * world().size() * 130, 2, 1, 128, DType::bf16};
-  expect_accurate(GetParam(), random_problem(shape, AttentionOptions{true, -1, -1}, 42, /*backward=*/true));
+  expect_accurate(GetParam(), random_problem(shape, AttentionOptions{true, -1, -1}, 42, /*backward=*/true), {});
 }
 
-INSTANTIATE_TEST_SUITE_P(AllStrategies, LongChunkAccuracy, ::testing::Values(Algorithm::ring, Algorithm::zigzag),
+INSTANTIATE_TEST_SUITE_P(AllStrategies, LongChunkAccuracy,
+                         ::testing::Values(Algorithm::ring, Algorithm::zigzag, Algorithm::allgather),
                          [](const ::testing::TestParamInfo<Algorithm>& info) { return algorithm_name(info.param); });
 
 // A plan reused across calls gives the same result as the first call (workspace reuse).

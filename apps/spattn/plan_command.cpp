@@ -1,0 +1,304 @@
+#include "plan_command.hpp"
+
+#include <iomanip>
+#include <map>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+#include "schedule/cost_model.hpp"
+
+namespace spattn::app {
+namespace {
+
+// The options with the preset's defaults filled in.
+struct PlanCase {
+  Cluster cluster;
+  int ranks = 0;
+  AttentionShape shape;
+  bool causal = false;
+  StrategyOptions strategy_options;
+};
+
+PlanCase plan_case(const PlanOptions& options) {
+  PlanCase plan;
+  plan.cluster = cluster_preset(options.preset);
+  if (options.tflops) plan.cluster.kernel_flops = *options.tflops * 1e12;
+  const int ranks_per_node = plan.cluster.ranks_per_node;
+  plan.ranks = options.ranks > 0 ? options.ranks : plan.cluster.nodes * ranks_per_node;
+  plan.shape.batch = options.batch;
+  plan.shape.seq = options.seq > 0 ? options.seq : kPlanTokensPerRank * plan.ranks;
+  plan.shape.heads = options.heads;
+  plan.shape.kv_heads = options.kv_heads;
+  plan.shape.head_dim = options.head_dim;
+  plan.shape.dtype = options.dtype;
+  plan.causal = options.causal;
+  plan.strategy_options.nodes = options.nodes > 0 ? options.nodes : (plan.ranks + ranks_per_node - 1) / ranks_per_node;
+  plan.strategy_options.inner = options.inner;
+  return plan;
+}
+
+std::string format_bytes(int64_t bytes) {
+  constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  std::size_t unit = 0;
+  while (value >= 1024 && unit + 1 < std::size(kUnits)) {
+    value /= 1024;
+    ++unit;
+  }
+  std::ostringstream text;
+  text << std::fixed << std::setprecision(unit == 0 ? 0 : 2) << value << " " << kUnits[unit];
+  return text.str();
+}
+
+std::string milliseconds(double seconds) {
+  std::ostringstream text;
+  text << std::fixed << std::setprecision(3) << seconds * 1e3;
+  return text.str();
+}
+
+std::string shape_summary(const PlanCase& plan) {
+  const AttentionShape& shape = plan.shape;
+  std::ostringstream text;
+  text << "S = " << shape.seq << " (" << shape.seq / plan.ranks << " per rank), B " << shape.batch << ", H "
+       << shape.heads << ", HK " << shape.kv_heads << ", D " << shape.head_dim << ", " << dtype_name(shape.dtype)
+       << (plan.causal ? ", causal" : ", not causal");
+  return text.str();
+}
+
+std::string json_string(const std::string& text) {
+  std::string quoted = "\"";
+  for (char character : text) {
+    if (character == '"' || character == '\\') quoted += '\\';
+    quoted += character;
+  }
+  return quoted + "\"";
+}
+
+std::string json_value(int64_t value) { return std::to_string(value); }
+std::string json_value(int value) { return std::to_string(value); }
+std::string json_value(bool value) { return value ? "true" : "false"; }
+std::string json_value(double value) {
+  std::ostringstream text;
+  text << std::setprecision(6) << value;
+  return text.str();
+}
+template <typename Item>
+std::string json_value(const std::vector<Item>& items) {
+  std::string list = "[";
+  for (const Item& item : items) list += (list.size() > 1 ? ", " : "") + json_value(item);
+  return list + "]";
+}
+
+// An n x n table with a header of column numbers; -1 marks "none".
+std::string rank_table(const std::vector<std::vector<int>>& table) {
+  const int width = static_cast<int>(std::max<std::size_t>(std::to_string(table.size()).size(), 2)) + 1;
+  std::ostringstream text;
+  text << std::setw(width + 2) << "";
+  for (std::size_t column = 0; column < table.size(); ++column) text << std::setw(width) << column;
+  text << "\n";
+  for (std::size_t row = 0; row < table.size(); ++row) {
+    text << "  " << std::setw(width) << row;
+    for (int value : table[row]) text << std::setw(width) << value;
+    text << "\n";
+  }
+  return text.str();
+}
+
+// sources[r][s][c]: the rank whose slot c rank r holds at step s.
+std::vector<std::vector<std::vector<int>>> source_table(const CycleSchedule& schedule) {
+  std::vector<std::vector<std::vector<int>>> sources;
+  for (int rank = 0; rank < schedule.ranks(); ++rank) {
+    std::vector<std::vector<int>> steps;
+    for (int step = 0; step < schedule.ranks(); ++step) {
+      std::vector<int> slots;
+      for (int cycle = 0; cycle < schedule.slots(); ++cycle) slots.push_back(schedule.source(cycle, rank, step));
+      steps.push_back(slots);
+    }
+    sources.push_back(steps);
+  }
+  return sources;
+}
+
+// How many links carry how many slots per step, within nodes and across them.
+std::string link_summary(const PlanCase& plan, const CycleSchedule& schedule, const StepTraffic& slots_per_link,
+                         const StrategyCost& cost) {
+  std::map<std::pair<bool, int>, int> links;  // (across nodes, slots) -> links
+  const int ranks_per_node = plan.cluster.ranks_per_node;
+  for (int from = 0; from < plan.ranks; ++from)
+    for (int to = 0; to < plan.ranks; ++to) {
+      const int slots = slots_per_link.messages[static_cast<std::size_t>(from)][static_cast<std::size_t>(to)];
+      if (slots > 0) ++links[{from / ranks_per_node != to / ranks_per_node, slots}];
+    }
+  std::ostringstream text;
+  text << "bytes per link per step (" << shape_summary(plan) << "):\n";
+  for (const auto& [kind, count] : links) {
+    const auto& [across, slots] = kind;
+    text << "  " << count << (count == 1 ? " link " : " links ") << (across ? "across nodes" : "within a node")
+         << " carry " << slots << (slots == 1 ? " slot" : " slots");
+    if (cost.applies()) {
+      text << ": " << format_bytes(slots * kv_slot_bytes(plan.shape, plan.ranks, schedule.slots(), plan.shape.dtype))
+           << " of K,V forward; backward adds "
+           << format_bytes(slots * kv_slot_bytes(plan.shape, plan.ranks, schedule.slots(), DType::f32))
+           << " of fp32 dK,dV";
+    }
+    text << "\n";
+  }
+  if (!cost.applies()) {
+    text << "  sizes n/a: " << cost.not_applicable << "\n";
+    return text.str();
+  }
+  const Transfer& transfer = cost.step.transfer;
+  text << "  per rank and forward step: " << format_bytes(transfer.bytes) << " in " << transfer.messages
+       << " messages, " << format_bytes(transfer.inter_node_bytes) << " across nodes; model on " << plan.cluster.name
+       << ": transfer " << milliseconds(transfer.seconds) << " ms, compute " << milliseconds(cost.step.compute_seconds)
+       << " ms\n";
+  return text.str();
+}
+
+std::string schedule_text(const PlanOptions& options) {
+  const PlanCase plan = plan_case(options);
+  const Algorithm algorithm = parse_algorithm(options.algorithm);
+  const CycleSchedule schedule(rotation_cycles(algorithm, plan.ranks, plan.strategy_options.nodes), plan.ranks);
+  const StrategyCost cost =
+      strategy_cost(plan.cluster, plan.shape, plan.ranks, plan.causal, algorithm, plan.strategy_options);
+  const auto sources = source_table(schedule);
+  // Whole slots per link: the traffic of one-byte slots counts them.
+  const StepTraffic slots_per_link = rotation_traffic(schedule, 1);
+  std::vector<std::vector<int64_t>> link_bytes;
+  if (cost.applies()) {
+    link_bytes =
+        rotation_traffic(schedule, kv_slot_bytes(plan.shape, plan.ranks, schedule.slots(), plan.shape.dtype)).bytes;
+  }
+
+  std::ostringstream text;
+  if (options.json) {
+    text << "{\"algo\": " << json_string(options.algorithm) << ", \"ranks\": " << plan.ranks;
+    if (algorithm == Algorithm::hamilton2) text << ", \"nodes\": " << plan.strategy_options.nodes;
+    text << ", \"preset\": " << json_string(plan.cluster.name) << ", \"slots\": " << schedule.slots()
+         << ", \"cycles\": " << json_value(schedule.cycles())
+         << ", \"out_mapping\": " << json_value(schedule.out_mapping())
+         << ", \"in_mapping\": " << json_value(schedule.in_mapping()) << ", \"sources\": " << json_value(sources)
+         << ", \"slots_per_link\": " << json_value(slots_per_link.messages)
+         << ", \"link_bytes\": " << (cost.applies() ? json_value(link_bytes) : "null")
+         << ", \"not_applicable\": " << (cost.applies() ? "null" : json_string(cost.not_applicable)) << "}";
+    return text.str();
+  }
+  text << options.algorithm << " on " << plan.ranks << " ranks";
+  if (algorithm == Algorithm::hamilton2) {
+    text << " (" << plan.strategy_options.nodes << " nodes of " << plan.ranks / plan.strategy_options.nodes << ")";
+  }
+  text << ": " << schedule.slots() << (schedule.slots() == 1 ? " cycle" : " cycles") << ", one K,V slot per cycle\n"
+       << "cycles (slot c moves one hop along cycle c at every step):\n";
+  for (int cycle = 0; cycle < schedule.slots(); ++cycle) {
+    text << "  " << std::setw(3) << cycle << ":";
+    for (int rank : schedule.cycles()[static_cast<std::size_t>(cycle)]) text << " " << rank;
+    text << "\n";
+  }
+  text << "out mapping (row r, column p: the slot r sends to p; -1: none):\n"
+       << rank_table(schedule.out_mapping())
+       << "in mapping (row r, column p: the slot r receives from p and stores as that slot; -1: none):\n"
+       << rank_table(schedule.in_mapping())
+       << "sources (the rank whose slot c rank r holds at step s; under a causal mask a source below r\n"
+          "gives all of r's queries its front half, one above r its whole slot to r's back half):\n";
+  for (int rank = 0; rank < plan.ranks; ++rank) {
+    text << "  rank " << rank << ", slots 0.." << schedule.slots() - 1 << ":\n";
+    for (int step = 0; step < plan.ranks; ++step) {
+      text << "    step " << std::setw(3) << step << ":";
+      for (int source : sources[static_cast<std::size_t>(rank)][static_cast<std::size_t>(step)]) {
+        text << std::setw(4) << source;
+      }
+      text << "\n";
+    }
+  }
+  text << link_summary(plan, schedule, slots_per_link, cost);
+  return text.str();
+}
+
+std::string step_json(const StepCost& step) {
+  std::ostringstream json;
+  json << "{\"what\": " << json_string(step.what) << ", \"count\": " << step.count
+       << ", \"compute_s\": " << json_value(step.compute_seconds)
+       << ", \"transfer_s\": " << json_value(step.transfer.seconds) << ", \"step_s\": " << json_value(step.seconds())
+       << ", \"bytes\": " << step.transfer.bytes << ", \"inter_node_bytes\": " << step.transfer.inter_node_bytes
+       << ", \"messages\": " << step.transfer.messages << ", \"overlapped\": " << json_value(step.overlapped) << "}";
+  return json.str();
+}
+
+std::string steps_json(const std::vector<StepCost>& steps) {
+  std::string list = "[";
+  for (const StepCost& step : steps) list += (list.size() > 1 ? ", " : "") + step_json(step);
+  return list + "]";
+}
+
+std::string comparison_json(const PlanCase& plan, const std::vector<StrategyCost>& costs) {
+  const Cluster& cluster = plan.cluster;
+  const AttentionShape& shape = plan.shape;
+  std::ostringstream json;
+  json << "{\"preset\": " << json_string(cluster.name) << ", \"cluster\": {\"nodes\": " << cluster.nodes
+       << ", \"ranks_per_node\": " << cluster.ranks_per_node << ", \"full_mesh\": " << json_value(cluster.full_mesh)
+       << ", \"within_node_bandwidth\": " << json_value(cluster.within_node.bandwidth)
+       << ", \"within_node_latency\": " << json_value(cluster.within_node.latency)
+       << ", \"across_nodes_bandwidth\": " << json_value(cluster.across_nodes.bandwidth)
+       << ", \"across_nodes_latency\": " << json_value(cluster.across_nodes.latency)
+       << ", \"kernel_flops\": " << json_value(cluster.kernel_flops) << "}, \"ranks\": " << plan.ranks
+       << ", \"shape\": {\"batch\": " << shape.batch << ", \"seq\": " << shape.seq << ", \"heads\": " << shape.heads
+       << ", \"kv_heads\": " << shape.kv_heads << ", \"head_dim\": " << shape.head_dim
+       << ", \"dtype\": " << json_string(dtype_name(shape.dtype)) << "}, \"causal\": " << json_value(plan.causal)
+       << ", \"strategies\": [";
+  for (std::size_t i = 0; i < costs.size(); ++i) {
+    const StrategyCost& cost = costs[i];
+    json << (i > 0 ? ", " : "") << "{\"algo\": " << json_string(algorithm_name(cost.algorithm));
+    if (!cost.applies()) {
+      json << ", \"not_applicable\": " << json_string(cost.not_applicable) << "}";
+      continue;
+    }
+    json << ", \"not_applicable\": null, \"configuration\": " << json_string(cost.configuration)
+         << ", \"step\": " << step_json(cost.step) << ", \"forward_s\": " << json_value(cost.forward_seconds)
+         << ", \"forward_backward_s\": " << json_value(cost.forward_backward_seconds)
+         << ", \"forward\": " << steps_json(cost.forward) << ", \"backward\": " << steps_json(cost.backward) << "}";
+  }
+  json << "]}";
+  return json.str();
+}
+
+std::string comparison_table(const PlanCase& plan, const std::vector<StrategyCost>& costs) {
+  std::ostringstream text;
+  text << "model of " << plan.ranks << " ranks on " << plan.cluster.name << " (" << cluster_summary(plan.cluster)
+       << ")\n"
+       << shape_summary(plan) << "\n"
+       << "per rank and forward step: a rotation step (ring, zigzag, hamilton, hamilton2, usp's ring), or the\n"
+          "whole forward pass where nothing overlaps (ulysses, allgather); steps: how many such steps; times in ms\n";
+  const std::vector<int> widths = {11, 7, 12, 12, 6, 10, 10, 10, 10, 10};
+  const auto row = [&](const std::vector<std::string>& cells) {
+    for (std::size_t i = 0; i < cells.size(); ++i)
+      text << std::left << std::setw(i < widths.size() ? widths[i] : 0) << cells[i];
+    text << "\n";
+  };
+  row({"algo", "steps", "sent", "across", "msgs", "compute", "transfer", "step", "forward", "fwd+bwd", "setup"});
+  for (const StrategyCost& cost : costs) {
+    if (!cost.applies()) {
+      text << std::left << std::setw(widths[0]) << algorithm_name(cost.algorithm) << "n/a: " << cost.not_applicable
+           << "\n";
+      continue;
+    }
+    const StepCost& step = cost.step;
+    row({algorithm_name(cost.algorithm), std::to_string(step.count), format_bytes(step.transfer.bytes),
+         format_bytes(step.transfer.inter_node_bytes), std::to_string(step.transfer.messages),
+         milliseconds(step.compute_seconds), milliseconds(step.transfer.seconds), milliseconds(step.seconds()),
+         milliseconds(cost.forward_seconds), milliseconds(cost.forward_backward_seconds), cost.configuration});
+  }
+  return text.str();
+}
+
+}  // namespace
+
+std::string plan_text(const PlanOptions& options) {
+  if (!options.compare) return schedule_text(options);
+  const PlanCase plan = plan_case(options);
+  const std::vector<StrategyCost> costs =
+      compare_strategies(plan.cluster, plan.shape, plan.ranks, plan.causal, plan.strategy_options);
+  return options.json ? comparison_json(plan, costs) : comparison_table(plan, costs);
+}
+
+}  // namespace spattn::app

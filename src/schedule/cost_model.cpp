@@ -1,0 +1,529 @@
+#include "schedule/cost_model.hpp"
+
+#include <algorithm>
+#include <functional>
+#include <sstream>
+
+#include "spattn/error.hpp"
+
+namespace spattn {
+namespace {
+
+// Flash-attention convention: backward = 2.5x the forward FLOP of the same blocks.
+constexpr double kBackwardFlopRatio = 2.5;
+// Bytes of an fp32 element: lse, and the dK, dV accumulators that travel between ranks.
+constexpr int64_t kFp32Bytes = 4;
+
+constexpr double kGigabyte = 1e9;
+constexpr double kMicrosecond = 1e-6;
+
+Cluster nvswitch_cluster() {
+  Cluster cluster;
+  cluster.name = "nvswitch";
+  cluster.within_node = {450 * kGigabyte, 10 * kMicrosecond};
+  return cluster;
+}
+
+Cluster two_node_cluster() {
+  Cluster cluster = nvswitch_cluster();
+  cluster.name = "two-node";
+  cluster.nodes = 2;
+  cluster.across_nodes = {50 * kGigabyte, 20 * kMicrosecond};
+  return cluster;
+}
+
+Cluster mesh_cluster() {
+  Cluster cluster;
+  cluster.name = "mesh";
+  cluster.within_node = {64 * kGigabyte, 10 * kMicrosecond};
+  cluster.full_mesh = true;
+  return cluster;
+}
+
+StepTraffic no_traffic(int ranks) {
+  const auto size = static_cast<std::size_t>(ranks);
+  return {std::vector<std::vector<int64_t>>(size, std::vector<int64_t>(size, 0)),
+          std::vector<std::vector<int>>(size, std::vector<int>(size, 0))};
+}
+
+void add_message(StepTraffic& traffic, int from, int to, int64_t bytes) {
+  traffic.bytes[static_cast<std::size_t>(from)][static_cast<std::size_t>(to)] += bytes;
+  ++traffic.messages[static_cast<std::size_t>(from)][static_cast<std::size_t>(to)];
+}
+
+StepTraffic combined(const StepTraffic& first, const StepTraffic& second) {
+  StepTraffic sum = first;
+  for (std::size_t from = 0; from < sum.bytes.size(); ++from)
+    for (std::size_t to = 0; to < sum.bytes.size(); ++to) {
+      sum.bytes[from][to] += second.bytes[from][to];
+      sum.messages[from][to] += second.messages[from][to];
+    }
+  return sum;
+}
+
+// A direct all-to-all inside groups of `group_size` consecutive ranks: every rank sends each
+// other rank of its group one message per tensor, of the given sizes.
+StepTraffic group_all_to_all(int ranks, int group_size, const std::vector<int64_t>& bytes_per_peer_of_each_tensor) {
+  StepTraffic traffic = no_traffic(ranks);
+  for (int from = 0; from < ranks; ++from) {
+    const int group_start = from / group_size * group_size;
+    for (int to = group_start; to < group_start + group_size; ++to) {
+      if (to == from) continue;
+      for (int64_t bytes : bytes_per_peer_of_each_tensor) add_message(traffic, from, to, bytes);
+    }
+  }
+  return traffic;
+}
+
+// Every rank sends one message to the rank `stride` ahead: usp's ring across Ulysses groups.
+StepTraffic shift_traffic(int ranks, int stride, int64_t bytes) {
+  StepTraffic traffic = no_traffic(ranks);
+  for (int from = 0; from < ranks; ++from) add_message(traffic, from, (from + stride) % ranks, bytes);
+  return traffic;
+}
+
+bool same_step(const StepCost& a, const StepCost& b) {
+  return a.what == b.what && a.compute_seconds == b.compute_seconds && a.overlapped == b.overlapped &&
+         a.transfer.bytes == b.transfer.bytes && a.transfer.inter_node_bytes == b.transfer.inter_node_bytes &&
+         a.transfer.messages == b.transfer.messages && a.transfer.seconds == b.transfer.seconds;
+}
+
+// Appends one step, counting it into the previous entry when they are the same.
+void append_step(std::vector<StepCost>& steps, const StepCost& step) {
+  if (!steps.empty() && same_step(steps.back(), step)) {
+    ++steps.back().count;
+  } else {
+    steps.push_back(step);
+  }
+}
+
+double pass_seconds(const std::vector<StepCost>& steps) {
+  double seconds = 0;
+  for (const StepCost& step : steps) seconds += step.count * step.seconds();
+  return seconds;
+}
+
+// A pass with no overlap as one step: its compute and its transfers add up.
+StepCost whole_pass(const std::vector<StepCost>& steps) {
+  StepCost pass;
+  pass.what = "whole pass";
+  for (const StepCost& step : steps) {
+    pass.compute_seconds += step.count * step.compute_seconds;
+    pass.transfer.bytes += step.count * step.transfer.bytes;
+    pass.transfer.inter_node_bytes += step.count * step.transfer.inter_node_bytes;
+    pass.transfer.messages += step.count * step.transfer.messages;
+    pass.transfer.seconds += step.count * step.transfer.seconds;
+  }
+  return pass;
+}
+
+// The most repeated overlapped step that moves data, or the whole pass when none overlaps.
+StepCost typical_step(const std::vector<StepCost>& forward) {
+  const StepCost* typical = nullptr;
+  for (const StepCost& step : forward)
+    if (step.overlapped && step.transfer.bytes > 0 && (typical == nullptr || step.count > typical->count))
+      typical = &step;
+  return typical != nullptr ? *typical : whole_pass(forward);
+}
+
+void finish(StrategyCost& cost) {
+  cost.step = typical_step(cost.forward);
+  cost.forward_seconds = pass_seconds(cost.forward);
+  cost.forward_backward_seconds = cost.forward_seconds + pass_seconds(cost.backward);
+}
+
+// "" when `seq` is a multiple of `multiple`, else why, with the nearest lengths that are.
+std::string sequence_multiple_error(int64_t seq, int64_t multiple, const std::string& multiple_formula) {
+  if (seq % multiple == 0) return "";
+  const int64_t below = seq / multiple * multiple;
+  const std::string nearest = (below > 0 ? std::to_string(below) + " or " : "") + std::to_string(below + multiple);
+  return "S (" + std::to_string(seq) + ") must be a multiple of " + multiple_formula + " = " +
+         std::to_string(multiple) + " (nearest: " + nearest + ")";
+}
+
+std::string heads_multiple_error(const char* heads_name, int64_t heads, int degree, const char* degree_name) {
+  if (heads % degree == 0) return "";
+  return std::string(heads_name) + " (" + std::to_string(heads) + ") must be a multiple of the " + degree_name + " (" +
+         std::to_string(degree) + "): every rank gets whole heads";
+}
+
+// The shape, N and the cluster: what every strategy needs to size its messages and blocks.
+struct Problem {
+  const Cluster& cluster;
+  const AttentionShape& shape;
+  int ranks;
+  bool causal;
+
+  int64_t element_bytes() const { return static_cast<int64_t>(dtype_size(shape.dtype)); }
+  // Bytes of `tokens` tokens of `heads` heads with elements of `element_bytes`.
+  int64_t bytes(int64_t tokens, int64_t heads, int64_t element_bytes) const {
+    return shape.batch * tokens * heads * shape.head_dim * element_bytes;
+  }
+  int64_t tokens_per_rank() const { return shape.seq / ranks; }
+  // Forward FLOP of `queries` x `keys` heads-wide block, halved when the causal mask hides half.
+  double flop(int64_t heads, int64_t queries, int64_t keys, bool causally_halved) const {
+    const double full = 4.0 * static_cast<double>(shape.batch * heads * shape.head_dim) * static_cast<double>(queries) *
+                        static_cast<double>(keys);
+    return causally_halved ? full / 2 : full;
+  }
+  double seconds(double flop) const { return flop / cluster.kernel_flops; }
+};
+
+// Forward: compute on the held K,V while the next step's K,V travel; K,V move after every step but
+// the last. Backward, as src/strategies/rotation_attention.cpp runs it: K,V rotate again, and the
+// dK,dV accumulators of step s follow one hop behind during step s + 1, the last hop (to their
+// owner) after the last step.
+void add_rotation_passes(StrategyCost& cost, const Problem& problem, int steps,
+                         const std::function<double(int step)>& forward_flop, const StepTraffic& kv,
+                         const StepTraffic& kv_gradient) {
+  const Transfer kv_transfer = step_transfer(problem.cluster, kv);
+  const Transfer gradient_transfer = step_transfer(problem.cluster, kv_gradient);
+  const Transfer both_transfer = step_transfer(problem.cluster, combined(kv, kv_gradient));
+  for (int step = 0; step < steps; ++step) {
+    const bool sends_kv = step + 1 < steps;
+    append_step(cost.forward, {sends_kv ? "K,V" : "none", 1, problem.seconds(forward_flop(step)),
+                               sends_kv ? kv_transfer : Transfer{}, true});
+  }
+  for (int step = 0; step < steps; ++step) {
+    const bool sends_kv = step + 1 < steps;
+    const bool sends_gradient = step > 0;
+    StepCost backward{"none", 1, problem.seconds(kBackwardFlopRatio * forward_flop(step)), Transfer{}, true};
+    if (sends_kv && sends_gradient) {
+      backward.what = "K,V + dK,dV";
+      backward.transfer = both_transfer;
+    } else if (sends_kv) {
+      backward.what = "K,V";
+      backward.transfer = kv_transfer;
+    } else if (sends_gradient) {
+      backward.what = "dK,dV";
+      backward.transfer = gradient_transfer;
+    }
+    append_step(cost.backward, backward);
+  }
+  if (steps > 1) append_step(cost.backward, {"dK,dV to owner", 1, 0.0, gradient_transfer, true});
+}
+
+void add_transfer_phase(std::vector<StepCost>& pass, const Problem& problem, const std::string& what,
+                        const StepTraffic& traffic) {
+  append_step(pass, {what, 1, 0.0, step_transfer(problem.cluster, traffic), false});
+}
+
+void add_attention_phase(std::vector<StepCost>& pass, const Problem& problem, double flop) {
+  append_step(pass, {"attention", 1, problem.seconds(flop), Transfer{}, false});
+}
+
+// The divisibility a rotation needs: the ring cuts S into N shards, zigzag into 2N chunks;
+// hamilton and hamilton2 cut every shard into one slot per cycle, and each slot into a front and a
+// back chunk under a causal mask (hamilton.md), to give every rank equal work at every step.
+std::string rotation_sequence_error(const Problem& problem, Algorithm algorithm, int slots) {
+  const bool front_and_back = algorithm == Algorithm::zigzag || (problem.causal && algorithm != Algorithm::ring);
+  const std::string slots_formula = algorithm == Algorithm::hamilton    ? "*(N-1)"
+                                    : algorithm == Algorithm::hamilton2 ? "*m"
+                                                                        : "";
+  return sequence_multiple_error(problem.shape.seq,
+                                 (front_and_back ? 2 : 1) * static_cast<int64_t>(problem.ranks) * slots,
+                                 (front_and_back ? "2*N" : "N") + slots_formula);
+}
+
+void cost_rotation(StrategyCost& cost, const Problem& problem, const StrategyOptions& options) {
+  const Algorithm algorithm = cost.algorithm;
+  cost.not_applicable = rotation_cycles_error(algorithm, problem.ranks, options.nodes);
+  if (!cost.applies()) return;
+  const int ranks = problem.ranks;
+  const CycleSchedule schedule(rotation_cycles(algorithm, ranks, options.nodes), ranks);
+  const int slots = schedule.slots();
+  cost.not_applicable = rotation_sequence_error(problem, algorithm, slots);
+  if (!cost.applies()) return;
+  cost.configuration = std::to_string(slots) + (slots == 1 ? " slot" : " slots");
+  if (algorithm == Algorithm::hamilton2) {
+    cost.configuration += ", m = " + std::to_string(slots) + " ranks x u = " + std::to_string(options.nodes) + " nodes";
+  }
+
+  const int64_t tokens = problem.tokens_per_rank();
+  const StepTraffic kv = rotation_traffic(schedule, kv_slot_bytes(problem.shape, ranks, slots, problem.shape.dtype));
+  const StepTraffic kv_gradient = rotation_traffic(schedule, kv_slot_bytes(problem.shape, ranks, slots, DType::f32));
+  // Under a causal mask the contiguous ring's last rank sees every earlier rank's keys in full,
+  // and the steps wait for it; the balanced layouts see half of every step's keys on every rank.
+  const auto forward_flop = [&](int step) {
+    const bool halved = problem.causal && (algorithm != Algorithm::ring || step == 0);
+    return problem.flop(problem.shape.heads, tokens, tokens, halved);
+  };
+  add_rotation_passes(cost, problem, ranks, forward_flop, kv, kv_gradient);
+}
+
+void cost_ulysses(StrategyCost& cost, const Problem& problem) {
+  const int ranks = problem.ranks;
+  const AttentionShape& shape = problem.shape;
+  for (const std::string& reason :
+       {sequence_multiple_error(shape.seq, ranks, "N"), heads_multiple_error("heads", shape.heads, ranks, "ranks"),
+        heads_multiple_error("kv_heads", shape.kv_heads, ranks, "ranks")}) {
+    if (!reason.empty()) {
+      cost.not_applicable = reason;
+      return;
+    }
+  }
+  cost.configuration = std::to_string(shape.heads / ranks) + " heads per rank";
+  // Each rank sends peer p the p-th N-th of its heads for its S/N tokens, and back.
+  const int64_t tokens = problem.tokens_per_rank();
+  const int64_t e = problem.element_bytes();
+  const int64_t q_part = problem.bytes(tokens, shape.heads / ranks, e);
+  const int64_t kv_part = problem.bytes(tokens, shape.kv_heads / ranks, e);
+  const int64_t lse_part = shape.batch * (shape.heads / ranks) * tokens * kFp32Bytes;
+  const double flop = problem.flop(shape.heads / ranks, shape.seq, shape.seq, problem.causal);
+
+  add_transfer_phase(cost.forward, problem, "all-to-all q,k,v",
+                     group_all_to_all(ranks, ranks, {q_part, kv_part, kv_part}));
+  add_attention_phase(cost.forward, problem, flop);
+  add_transfer_phase(cost.forward, problem, "all-to-all out,lse", group_all_to_all(ranks, ranks, {q_part, lse_part}));
+
+  add_transfer_phase(cost.backward, problem, "all-to-all q,k,v,out,dout,lse",
+                     group_all_to_all(ranks, ranks, {q_part, kv_part, kv_part, q_part, q_part, lse_part}));
+  add_attention_phase(cost.backward, problem, kBackwardFlopRatio * flop);
+  // A rank's dk, dv are complete after its local backward, so they travel in the input dtype.
+  add_transfer_phase(cost.backward, problem, "all-to-all dq,dk,dv",
+                     group_all_to_all(ranks, ranks, {q_part, kv_part, kv_part}));
+}
+
+void cost_allgather(StrategyCost& cost, const Problem& problem) {
+  const int ranks = problem.ranks;
+  const AttentionShape& shape = problem.shape;
+  // Under a causal mask the zigzag layout balances the prefix each rank's queries see.
+  cost.not_applicable = sequence_multiple_error(shape.seq, (problem.causal ? 2 : 1) * static_cast<int64_t>(ranks),
+                                                problem.causal ? "2*N" : "N");
+  if (!cost.applies()) return;
+  const int64_t tokens = problem.tokens_per_rank();
+  const int64_t k_shard = problem.bytes(tokens, shape.kv_heads, problem.element_bytes());
+  const int64_t k_gradient_shard = problem.bytes(tokens, shape.kv_heads, kFp32Bytes);
+  const double flop = problem.flop(shape.heads, tokens, shape.seq, problem.causal);
+  const StepTraffic gather = group_all_to_all(ranks, ranks, {k_shard, k_shard});
+
+  add_transfer_phase(cost.forward, problem, "all-gather k,v", gather);
+  add_attention_phase(cost.forward, problem, flop);
+
+  add_transfer_phase(cost.backward, problem, "all-gather k,v", gather);
+  add_attention_phase(cost.backward, problem, kBackwardFlopRatio * flop);
+  add_transfer_phase(cost.backward, problem, "reduce-scatter dk,dv (fp32)",
+                     group_all_to_all(ranks, ranks, {k_gradient_shard, k_gradient_shard}));
+}
+
+// The largest divisor of `ranks` that divides kv_heads and fits in one node.
+int default_ulysses_degree(const Problem& problem) {
+  for (int degree = std::min(problem.ranks, problem.cluster.ranks_per_node); degree > 1; --degree)
+    if (problem.ranks % degree == 0 && problem.shape.kv_heads % degree == 0) return degree;
+  return 1;
+}
+
+// Ulysses inside groups of N1 consecutive ranks, then a zigzag ring over the N2 = N/N1 groups:
+// rank i of group g exchanges with rank i of groups g +- 1 the K,V of the group's S/N2 tokens
+// for its HK/N1 heads, 2*B*(S/N2)*(HK/N1)*D*e = 2*B*(S/N)*HK*D*e bytes per step (as much as a
+// ring of N), against N1 times a ring step's attention (H/N1 heads of S/N2 x S/N2 tokens).
+void cost_usp(StrategyCost& cost, const Problem& problem, const StrategyOptions& options) {
+  const int ranks = problem.ranks;
+  const AttentionShape& shape = problem.shape;
+  const int inner = options.inner > 0 ? options.inner : default_ulysses_degree(problem);
+  if (ranks % inner != 0) {
+    cost.not_applicable =
+        "the Ulysses degree (" + std::to_string(inner) + ") must divide the ranks (" + std::to_string(ranks) + ")";
+    return;
+  }
+  for (const std::string& reason : {heads_multiple_error("heads", shape.heads, inner, "Ulysses degree"),
+                                    heads_multiple_error("kv_heads", shape.kv_heads, inner, "Ulysses degree"),
+                                    sequence_multiple_error(shape.seq, 2 * static_cast<int64_t>(ranks), "2*N")}) {
+    if (!reason.empty()) {
+      cost.not_applicable = reason;
+      return;
+    }
+  }
+  const int groups = ranks / inner;
+  cost.configuration = "Ulysses " + std::to_string(inner) + " x ring " + std::to_string(groups);
+  const int64_t tokens = problem.tokens_per_rank();
+  const int64_t group_tokens = shape.seq / groups;
+  const int64_t heads = shape.heads / inner;
+  const int64_t kv_heads = shape.kv_heads / inner;
+  const int64_t e = problem.element_bytes();
+  const int64_t q_part = problem.bytes(tokens, heads, e);
+  const int64_t kv_part = problem.bytes(tokens, kv_heads, e);
+  const int64_t lse_part = shape.batch * heads * tokens * kFp32Bytes;
+
+  add_transfer_phase(cost.forward, problem, "all-to-all q,k,v",
+                     group_all_to_all(ranks, inner, {q_part, kv_part, kv_part}));
+  add_transfer_phase(cost.backward, problem, "all-to-all q,k,v,out,dout,lse",
+                     group_all_to_all(ranks, inner, {q_part, kv_part, kv_part, q_part, q_part, lse_part}));
+  const auto forward_flop = [&](int) { return problem.flop(heads, group_tokens, group_tokens, problem.causal); };
+  add_rotation_passes(cost, problem, groups, forward_flop,
+                      shift_traffic(ranks, inner, 2 * problem.bytes(group_tokens, kv_heads, e)),
+                      shift_traffic(ranks, inner, 2 * problem.bytes(group_tokens, kv_heads, kFp32Bytes)));
+  add_transfer_phase(cost.forward, problem, "all-to-all out,lse", group_all_to_all(ranks, inner, {q_part, lse_part}));
+  add_transfer_phase(cost.backward, problem, "all-to-all dq,dk,dv",
+                     group_all_to_all(ranks, inner, {q_part, kv_part, kv_part}));
+}
+
+}  // namespace
+
+const std::vector<std::string>& cluster_preset_names() {
+  static const std::vector<std::string> names = {"nvswitch", "two-node", "mesh"};
+  return names;
+}
+
+Cluster cluster_preset(const std::string& name) {
+  if (name == "nvswitch") return nvswitch_cluster();
+  if (name == "two-node") return two_node_cluster();
+  if (name == "mesh") return mesh_cluster();
+  std::string allowed;
+  for (const std::string& preset : cluster_preset_names()) allowed += (allowed.empty() ? "" : ", ") + preset;
+  SPATTN_FAIL("unknown cluster preset '" << name << "'; allowed: " << allowed);
+}
+
+std::string cluster_summary(const Cluster& cluster) {
+  std::ostringstream summary;
+  summary << cluster.nodes << (cluster.nodes == 1 ? " node" : " nodes") << " of " << cluster.ranks_per_node
+          << " GPUs; within a node " << (cluster.full_mesh ? "a link per pair of " : "a switch, ")
+          << cluster.within_node.bandwidth / kGigabyte << (cluster.full_mesh ? " GB/s" : " GB/s per GPU") << ", "
+          << cluster.within_node.latency / kMicrosecond << " us per message";
+  if (cluster.nodes > 1) {
+    summary << "; across nodes " << cluster.across_nodes.bandwidth / kGigabyte << " GB/s per GPU, "
+            << cluster.across_nodes.latency / kMicrosecond << " us per message";
+  }
+  summary << "; kernel " << cluster.kernel_flops / 1e12 << " TFLOP/s";
+  return summary.str();
+}
+
+int64_t kv_slot_bytes(const AttentionShape& shape, int ranks, int slots, DType dtype) {
+  return 2 * shape.batch * (shape.seq / ranks) * shape.kv_heads * shape.head_dim *
+         static_cast<int64_t>(dtype_size(dtype)) / slots;
+}
+
+StepTraffic rotation_traffic(const CycleSchedule& schedule, int64_t slot_bytes) {
+  StepTraffic traffic = no_traffic(schedule.ranks());
+  for (int cycle = 0; cycle < schedule.slots(); ++cycle)
+    for (int rank = 0; rank < schedule.ranks(); ++rank)
+      add_message(traffic, rank, schedule.successor(cycle, rank), slot_bytes);
+  return traffic;
+}
+
+Transfer step_transfer(const Cluster& cluster, const StepTraffic& traffic) {
+  const int ranks = static_cast<int>(traffic.bytes.size());
+  SPATTN_CHECK(ranks <= cluster.nodes * cluster.ranks_per_node, ranks << " ranks do not fit on cluster '"
+                                                                      << cluster.name << "' (" << cluster.nodes
+                                                                      << " nodes of " << cluster.ranks_per_node << ")");
+  SPATTN_CHECK(traffic.messages.size() == traffic.bytes.size(),
+               "traffic has bytes for " << ranks << " ranks but messages for " << traffic.messages.size());
+  Transfer slowest;
+  for (int from = 0; from < ranks; ++from) {
+    int64_t within_bytes = 0;
+    int64_t busiest_link_bytes = 0;
+    int64_t across_bytes = 0;
+    int within_messages = 0;
+    int across_messages = 0;
+    for (int to = 0; to < ranks; ++to) {
+      const int64_t bytes = traffic.bytes[static_cast<std::size_t>(from)][static_cast<std::size_t>(to)];
+      const int messages = traffic.messages[static_cast<std::size_t>(from)][static_cast<std::size_t>(to)];
+      if (from / cluster.ranks_per_node == to / cluster.ranks_per_node) {
+        within_bytes += bytes;
+        busiest_link_bytes = std::max(busiest_link_bytes, bytes);
+        within_messages += messages;
+      } else {
+        across_bytes += bytes;
+        across_messages += messages;
+      }
+    }
+    const int64_t limiting_bytes = cluster.full_mesh ? busiest_link_bytes : within_bytes;
+    const double within_seconds = within_messages * cluster.within_node.latency +
+                                  static_cast<double>(limiting_bytes) / cluster.within_node.bandwidth;
+    const double across_seconds = across_messages == 0
+                                      ? 0.0
+                                      : across_messages * cluster.across_nodes.latency +
+                                            static_cast<double>(across_bytes) / cluster.across_nodes.bandwidth;
+    slowest.bytes = std::max(slowest.bytes, within_bytes + across_bytes);
+    slowest.inter_node_bytes = std::max(slowest.inter_node_bytes, across_bytes);
+    slowest.messages = std::max(slowest.messages, within_messages + across_messages);
+    slowest.seconds = std::max({slowest.seconds, within_seconds, across_seconds});
+  }
+  return slowest;
+}
+
+double StepCost::seconds() const {
+  return overlapped ? std::max(compute_seconds, transfer.seconds) : compute_seconds + transfer.seconds;
+}
+
+const std::vector<Algorithm>& rotation_algorithms() {
+  static const std::vector<Algorithm> algorithms = {Algorithm::ring, Algorithm::zigzag, Algorithm::hamilton,
+                                                    Algorithm::hamilton2};
+  return algorithms;
+}
+
+std::string rotation_cycles_error(Algorithm algorithm, int ranks, int nodes) {
+  switch (algorithm) {
+    case Algorithm::ring:
+    case Algorithm::zigzag:
+      return "";
+    case Algorithm::hamilton:
+      return hamiltonian_decomposition_error(ranks);
+    case Algorithm::hamilton2:
+      if (nodes < 1 || ranks % nodes != 0) {
+        return "hamilton2 needs the ranks (" + std::to_string(ranks) + ") to be a multiple of the nodes (" +
+               std::to_string(nodes) + ")";
+      }
+      return two_level_error(ranks / nodes, nodes);
+    default:
+      return "'" + algorithm_name(algorithm) + "' does not rotate along cycles";
+  }
+}
+
+RankCycles rotation_cycles(Algorithm algorithm, int ranks, int nodes) {
+  const std::string error = rotation_cycles_error(algorithm, ranks, nodes);
+  SPATTN_CHECK(error.empty(), error);
+  switch (algorithm) {
+    case Algorithm::hamilton:
+      return hamiltonian_decomposition(ranks);
+    case Algorithm::hamilton2:
+      return two_level_cycles(ranks / nodes, nodes);
+    default:
+      return ring_cycles(ranks);
+  }
+}
+
+StrategyCost strategy_cost(const Cluster& cluster, const AttentionShape& shape, int ranks, bool causal,
+                           Algorithm algorithm, const StrategyOptions& strategy_options) {
+  SPATTN_CHECK(ranks >= 2, "the cost model needs at least 2 ranks, got " << ranks);
+  SPATTN_CHECK(ranks <= cluster.nodes * cluster.ranks_per_node, ranks << " ranks do not fit on cluster '"
+                                                                      << cluster.name << "' (" << cluster.nodes
+                                                                      << " nodes of " << cluster.ranks_per_node << ")");
+  SPATTN_CHECK(shape.batch > 0 && shape.seq > 0 && shape.heads > 0 && shape.kv_heads > 0 && shape.head_dim > 0,
+               "every size of the shape must be positive");
+  SPATTN_CHECK(shape.heads % shape.kv_heads == 0,
+               "heads (" << shape.heads << ") must be divisible by kv_heads (" << shape.kv_heads << ")");
+  SPATTN_CHECK(cluster.kernel_flops > 0, "the kernel rate must be positive");
+  const Problem problem{cluster, shape, ranks, causal};
+  StrategyCost cost;
+  cost.algorithm = algorithm;
+  switch (algorithm) {
+    case Algorithm::ring:
+    case Algorithm::zigzag:
+    case Algorithm::hamilton:
+    case Algorithm::hamilton2:
+      cost_rotation(cost, problem, strategy_options);
+      break;
+    case Algorithm::ulysses:
+      cost_ulysses(cost, problem);
+      break;
+    case Algorithm::allgather:
+      cost_allgather(cost, problem);
+      break;
+    case Algorithm::usp:
+      cost_usp(cost, problem, strategy_options);
+      break;
+  }
+  if (cost.applies()) finish(cost);
+  return cost;
+}
+
+std::vector<StrategyCost> compare_strategies(const Cluster& cluster, const AttentionShape& shape, int ranks,
+                                             bool causal, const StrategyOptions& strategy_options) {
+  std::vector<StrategyCost> costs;
+  for (Algorithm algorithm : all_algorithms())
+    costs.push_back(strategy_cost(cluster, shape, ranks, causal, algorithm, strategy_options));
+  return costs;
+}
+
+}  // namespace spattn

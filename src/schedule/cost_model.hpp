@@ -1,0 +1,144 @@
+#pragma once
+// An alpha-beta model of what every strategy sends and computes per rank and per step, so that
+// strategies can be compared for a shape and a cluster before anything runs (`spattn plan
+// --compare`). Pure functions, like the rest of src/schedule.
+//
+// Assumptions:
+// - Ranks fill nodes in order: rank r sits on node r / ranks_per_node.
+// - A message costs its link's latency (alpha) plus bytes / bandwidth. The messages of one rank
+//   in one step are issued one after another, so their latencies add up; their bytes flow
+//   concurrently, limited as follows.
+// - Within a node, on a switch (NVSwitch) a GPU's total egress is the per-GPU bandwidth however
+//   many peers it sends to; on a full mesh (xGMI) every pair has its own link of that bandwidth,
+//   so sends to distinct peers run in parallel and the busiest link decides.
+// - Across nodes every GPU has its own NIC: all its remote bytes share the per-GPU bandwidth.
+//   NVLink and NIC traffic run concurrently: a step's transfer lasts the longer of the two.
+// - In every strategy here a rank receives as much as it sends, so egress alone decides.
+// - Steps are synchronous: a step lasts as long as its slowest rank.
+// - Collectives (all-to-all, all-gather, reduce-scatter) are direct: each rank sends its part to
+//   every peer at once, one message per tensor and peer.
+// - Attention costs 4 * B * H * Sq * Sk * D FLOP forward (flash-attention convention), half for
+//   the visible part under a causal mask; backward costs 2.5x forward; both at one kernel rate.
+// - Backward takes the call's q, k, v, out, dout as they are (nothing is kept from forward), and
+//   returns dq, dk, dv in the input dtype; rotating dK, dV accumulators travel in fp32.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "schedule/cycle_schedule.hpp"
+#include "spattn/attention_shape.hpp"
+#include "spattn/distributed_attention.hpp"
+
+namespace spattn {
+
+/// One class of links, per direction.
+struct LinkCost {
+  double bandwidth = 0;  ///< bytes per second
+  double latency = 0;    ///< seconds per message (alpha)
+};
+
+/// Where the ranks run and how they are connected.
+struct Cluster {
+  std::string name;
+  int nodes = 1;
+  int ranks_per_node = 8;
+  /// Within a node: one GPU's egress on a switch, or each direct link's on a full mesh.
+  LinkCost within_node;
+  bool full_mesh = false;
+  /// Across nodes: one GPU's share (its NIC); unused when nodes == 1.
+  LinkCost across_nodes;
+  double kernel_flops = 500e12;  ///< attention kernel rate, FLOP/s, forward and backward
+};
+
+/// The preset names: "nvswitch", "two-node", "mesh".
+const std::vector<std::string>& cluster_preset_names();
+
+/// A preset cluster; throws Error naming the presets for an unknown name.
+///   nvswitch: one node of 8 GPUs on NVSwitch, 450 GB/s egress per GPU (H100/H200 NVLink 4),
+///             10 us per message (the order of an NCCL send/recv launch and handshake).
+///   two-node: 2 such nodes; across them 50 GB/s per GPU (one 400 Gb/s NIC each), 20 us.
+///   mesh:     one node of 8 GPUs with a direct 64 GB/s link between every pair (MI300X xGMI
+///             style), 10 us.
+/// Kernel rate 500 TFLOP/s everywhere: dense bf16 attention on an H100 measured 500 to 630
+/// (cuDNN fwd+bwd and fwd, shared/design/field-notes.md).
+Cluster cluster_preset(const std::string& name);
+
+/// One line on the cluster: nodes, GPUs, links and kernel rate.
+std::string cluster_summary(const Cluster& cluster);
+
+/// Bytes each rank sends to each other rank in one step: bytes[r][p] in messages[r][p] messages.
+struct StepTraffic {
+  std::vector<std::vector<int64_t>> bytes;
+  std::vector<std::vector<int>> messages;
+};
+
+/// One step of a rotation along `schedule`: every rank sends each of its slots, `slot_bytes`
+/// each, to the slot's next rank, one message per slot.
+StepTraffic rotation_traffic(const CycleSchedule& schedule, int64_t slot_bytes);
+
+/// Bytes of one slot when a rank's keys and values (S/N tokens of HK heads) are cut into `slots`
+/// slots of elements of `dtype`: 2 * B * (S/N) * HK * D * size(dtype) / slots.
+int64_t kv_slot_bytes(const AttentionShape& shape, int ranks, int slots, DType dtype);
+
+/// What one rank sends in one step and how long that takes, taking the most over ranks.
+struct Transfer {
+  int64_t bytes = 0;             ///< all bytes one rank sends
+  int64_t inter_node_bytes = 0;  ///< the part that leaves the node
+  int messages = 0;
+  double seconds = 0;  ///< of the slowest rank
+};
+
+/// The transfer time of one step under the assumptions above. Throws Error when the traffic's
+/// size differs from `ranks`, or the ranks do not fit on the cluster.
+Transfer step_transfer(const Cluster& cluster, const StepTraffic& traffic);
+
+/// A kind of step of a pass, `count` times in a row.
+struct StepCost {
+  std::string what;  ///< what moves, e.g. "K,V" or "all-to-all q,k,v"
+  int count = 1;
+  double compute_seconds = 0;  ///< attention of one such step
+  Transfer transfer;           ///< of one such step
+  bool overlapped = false;     ///< compute and transfer run concurrently
+  /// max(compute, transfer) when overlapped, else their sum.
+  double seconds() const;
+};
+
+/// The modelled cost of one algorithm for one shape, number of ranks and cluster.
+struct StrategyCost {
+  Algorithm algorithm = Algorithm::ring;
+  std::string not_applicable;  ///< why the algorithm cannot run this case; "" when it can
+  std::string configuration;   ///< slots, or how usp and hamilton2 split the ranks
+  /// A typical forward step: the most repeated rotation step, or for a strategy that does not
+  /// overlap (ulysses, allgather) its whole forward pass as one step.
+  StepCost step;
+  std::vector<StepCost> forward;  ///< every step, in order
+  std::vector<StepCost> backward;
+  double forward_seconds = 0;
+  double forward_backward_seconds = 0;
+  bool applies() const { return not_applicable.empty(); }
+};
+
+/// The algorithms that rotate along cycles: ring, zigzag, hamilton, hamilton2.
+const std::vector<Algorithm>& rotation_algorithms();
+
+/// The cycles that ring, zigzag (the ring), hamilton (K*_n decomposition) and hamilton2 (two
+/// levels over `nodes` nodes of ranks / nodes) rotate along. Throws Error with
+/// rotation_cycles_error's message when there are none, or for another algorithm.
+RankCycles rotation_cycles(Algorithm algorithm, int ranks, int nodes);
+/// Why rotation_cycles has no cycles for these arguments, or "".
+std::string rotation_cycles_error(Algorithm algorithm, int ranks, int nodes);
+
+/// The cost of `algorithm` on `ranks` ranks (at least 2) of `cluster`. Preconditions of the
+/// algorithm that fail (no decomposition, divisibility, head counts) give not_applicable; an
+/// invalid shape, or more ranks than the cluster has, throw Error.
+/// strategy_options.nodes: hamilton2's node count; .inner: usp's Ulysses degree (0: the largest
+/// divisor of ranks that divides kv_heads and fits in one node).
+StrategyCost strategy_cost(const Cluster& cluster, const AttentionShape& shape, int ranks, bool causal,
+                           Algorithm algorithm, const StrategyOptions& strategy_options = {});
+
+/// strategy_cost of every algorithm, in all_algorithms() order.
+std::vector<StrategyCost> compare_strategies(const Cluster& cluster, const AttentionShape& shape, int ranks,
+                                             bool causal, const StrategyOptions& strategy_options = {});
+
+}  // namespace spattn

@@ -1,0 +1,389 @@
+// Rotation attention, written once for every set of cycles: ring and zigzag ring attention (one
+// cycle), Hamiltonian-cycle attention (n-1 cycles, TASP) and its two-level form (m cycles).
+// Every rank cuts its keys and values into one slot per cycle; at each step every slot moves one
+// hop along its cycle while the rank computes the blocks its queries can see of the slots it
+// holds. In backward the keys and values rotate again and the gradient of each slot travels one
+// hop behind it, reaching the slot's owner after the last step.
+
+#include <functional>
+#include <limits>
+#include <utility>
+
+#include "kernels/block_kernels.hpp"
+#include "schedule/rotation_schedule.hpp"
+#include "spattn/error.hpp"
+#include "strategies/call_validation.hpp"
+#include "strategies/device_buffer.hpp"
+#include "strategies/profile_recorder.hpp"
+#include "strategies/strategy.hpp"
+
+namespace spattn {
+
+namespace {
+
+// Keys and values of one slot, or their fp32 gradients.
+struct KvTensors {
+  TensorView k;  // (B, slot tokens, HK, D)
+  TensorView v;  // (B, slot tokens, HK, D)
+};
+
+// One KvTensors per slot.
+using SlotSet = std::vector<KvTensors>;
+
+// What distinguishes the rotation strategies: their id in the agreed call signature, the layout,
+// and the cycles (built only once the ranks agree that they exist).
+struct RotationKind {
+  int64_t strategy_id = 0;
+  LayoutKind layout = LayoutKind::contiguous;
+  int slots = 1;
+  std::string schedule_error;
+  std::function<RankCycles()> cycles;
+};
+
+}  // namespace
+
+class RotationStrategy final : public Strategy {
+ public:
+  RotationStrategy(Communicator& communicator, const RotationKind& kind, const AttentionShape& call_shape,
+                   const AttentionOptions& call_options, const std::string& caller_error)
+      : comm(communicator),
+        shape(call_shape),
+        options(call_options),
+        strategy(kind.strategy_id),
+        sequence_layout(agreed_layout(kind, caller_error)),
+        schedule(kind.cycles(), communicator.size()),
+        kernels(make_block_kernels(communicator.device())),
+        mask(AttentionMask::from_options(call_options)),
+        scale(resolved_scale(call_shape, call_options)),
+        rank(communicator.rank()),
+        ranks(communicator.size()),
+        slots(schedule.slots()),
+        slot_seq(slot_length(sequence_layout, slots)) {
+    for (int step = 0; step < ranks; ++step)
+      blocks_of_step.push_back(rotation_step_blocks(sequence_layout, schedule, mask, rank, step));
+    for (const SequenceChunk& chunk : sequence_layout.chunks(rank)) longest_chunk = std::max(longest_chunk, chunk.length);
+  }
+
+  const SequenceLayout& layout() const override { return sequence_layout; }
+
+  void forward(const TensorView& q, const TensorView& k, const TensorView& v, TensorView out, TensorView lse,
+               Profile* profile) override {
+    agree_on_call(comm, forward_arguments_error(shape, local_seq(), kernels->device(), q, k, v, out, lse),
+                  call_signature(strategy, shape, options));
+    ensure_forward_workspace();
+    ProfileRecorder recorder(profile, ranks);
+    int current = 0;
+    recorder.compute(0, [&] {
+      fill_own_slots(k, v, rotating_kv[current]);
+      kernels->fill(running_out, 0.0f);
+      kernels->fill(running_lse, -std::numeric_limits<float>::infinity());
+    });
+    for (int step = 0; step < ranks; ++step) {
+      std::unique_ptr<PendingTransfer> rotation;
+      if (step + 1 < ranks) rotation = start_rotation(rotating_kv[current], rotating_kv[1 - current]);
+      recorder.compute(step, [&] { forward_step(q, rotating_kv[current], step); });
+      if (rotation) {
+        recorder.communication(step, [&] { comm.wait(*rotation); });
+        current = 1 - current;
+      }
+    }
+    recorder.compute(ranks - 1, [&] {
+      kernels->copy(running_out, out);
+      kernels->copy(running_lse, lse);
+    });
+    recorder.finish();
+  }
+
+  void backward(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+                const TensorView& lse, const TensorView& dout, TensorView dq, TensorView dk, TensorView dv,
+                Profile* profile) override {
+    agree_on_call(comm,
+                  backward_arguments_error(shape, local_seq(), kernels->device(), q, k, v, out, lse, dout, dq, dk, dv),
+                  call_signature(strategy, shape, options));
+    ensure_backward_workspace();
+    ProfileRecorder recorder(profile, ranks);
+    int current = 0;
+    recorder.compute(0, [&] {
+      fill_own_slots(k, v, rotating_kv[current]);
+      kernels->softmax_delta(out, dout, delta);
+      kernels->fill(dq_accumulator, 0.0f);
+    });
+    // The gradient of the slots computed at step s leaves along their cycles after step s,
+    // overlapping step s + 1; after the last step the next rank of each cycle is the owner.
+    std::unique_ptr<PendingTransfer> gradient_hop;
+    for (int step = 0; step < ranks; ++step) {
+      std::unique_ptr<PendingTransfer> rotation;
+      if (step + 1 < ranks) rotation = start_rotation(rotating_kv[current], rotating_kv[1 - current]);
+      const SlotSet& contribution = kv_gradient_contribution[step % 2];
+      recorder.compute(step, [&] {
+        fill_slots(contribution, 0.0f);
+        backward_step(q, dout, lse, rotating_kv[current], contribution, step);
+      });
+      if (gradient_hop) {
+        recorder.communication(step, [&] { comm.wait(*gradient_hop); });
+        recorder.compute(step, [&] {
+          for (int slot = 0; slot < slots; ++slot) {
+            kernels->add(kv_gradient_received[slot].k, contribution[slot].k);
+            kernels->add(kv_gradient_received[slot].v, contribution[slot].v);
+          }
+        });
+      }
+      if (ranks > 1) gradient_hop = start_rotation(contribution, kv_gradient_received);
+      if (rotation) {
+        recorder.communication(step, [&] { comm.wait(*rotation); });
+        current = 1 - current;
+      }
+    }
+    if (gradient_hop) recorder.communication(ranks - 1, [&] { comm.wait(*gradient_hop); });
+    const SlotSet& own_gradient = ranks > 1 ? kv_gradient_received : kv_gradient_contribution[0];
+    recorder.compute(ranks - 1, [&] {
+      kernels->copy(dq_accumulator, dq);
+      return_own_slots(own_gradient, dk, dv);
+    });
+    recorder.finish();
+  }
+
+ private:
+  // Validates the plan's arguments and agrees on them with every rank before building anything.
+  SequenceLayout agreed_layout(const RotationKind& kind, const std::string& caller_error) {
+    const std::string error =
+        first_error({caller_error, shape_and_options_error(shape, options), kind.schedule_error,
+                     slot_split_error(kind.layout, shape.seq, comm.size(), kind.slots)});
+    agree_on_call(comm, error, call_signature(strategy, shape, options));
+    return SequenceLayout(kind.layout, shape.seq, comm.size());
+  }
+
+  TensorView bshd(void* data, DType dtype, int64_t seq, int64_t heads) const {
+    return TensorView::contiguous(data, dtype, {shape.batch, seq, heads, shape.head_dim}, kernels->device());
+  }
+  TensorView bhs(void* data, int64_t seq) const {
+    return TensorView::contiguous(data, DType::f32, {shape.batch, shape.heads, seq}, kernels->device());
+  }
+  std::size_t bshd_bytes(DType dtype, int64_t seq, int64_t heads) const {
+    return static_cast<std::size_t>(shape.batch * seq * heads * shape.head_dim) * dtype_size(dtype);
+  }
+  std::size_t bhs_bytes(int64_t seq) const {
+    return static_cast<std::size_t>(shape.batch * shape.heads * seq) * sizeof(float);
+  }
+
+  // Every slot's keys and values of `dtype` in one new buffer: the keys of all slots, then the
+  // values, each slot a contiguous (B, slot tokens, HK, D) tensor that travels as one message.
+  SlotSet allocate_slots(std::vector<DeviceBuffer>& owner, DType dtype) {
+    const std::size_t slot_bytes = bshd_bytes(dtype, slot_seq, shape.kv_heads);
+    owner.emplace_back(*kernels, 2 * static_cast<std::size_t>(slots) * slot_bytes);
+    char* base = static_cast<char*>(owner.back().data());
+    SlotSet set;
+    for (int slot = 0; slot < slots; ++slot)
+      set.push_back({bshd(base + slot * slot_bytes, dtype, slot_seq, shape.kv_heads),
+                     bshd(base + (slots + slot) * slot_bytes, dtype, slot_seq, shape.kv_heads)});
+    return set;
+  }
+
+  // Workspace, allocated at the first call that needs it and reused by every later call.
+  void ensure_rotating_kv() {
+    if (!kv_buffers.empty()) return;
+    rotating_kv[0] = allocate_slots(kv_buffers, shape.dtype);
+    rotating_kv[1] = allocate_slots(kv_buffers, shape.dtype);
+  }
+  void ensure_forward_workspace() {
+    ensure_rotating_kv();
+    if (!forward_buffers.empty()) return;
+    for (std::size_t bytes : {bshd_bytes(DType::f32, local_seq(), shape.heads), bhs_bytes(local_seq()),
+                              bshd_bytes(DType::f32, longest_chunk, shape.heads), bhs_bytes(longest_chunk)})
+      forward_buffers.emplace_back(*kernels, bytes);
+    running_out = bshd(forward_buffers[0].data(), DType::f32, local_seq(), shape.heads);
+    running_lse = bhs(forward_buffers[1].data(), local_seq());
+  }
+  void ensure_backward_workspace() {
+    ensure_rotating_kv();
+    if (!backward_buffers.empty()) return;
+    backward_buffers.emplace_back(*kernels, bshd_bytes(DType::f32, local_seq(), shape.heads));
+    backward_buffers.emplace_back(*kernels, bhs_bytes(local_seq()));
+    dq_accumulator = bshd(backward_buffers[0].data(), DType::f32, local_seq(), shape.heads);
+    delta = bhs(backward_buffers[1].data(), local_seq());
+    kv_gradient_contribution[0] = allocate_slots(backward_buffers, DType::f32);
+    kv_gradient_contribution[1] = allocate_slots(backward_buffers, DType::f32);
+    kv_gradient_received = allocate_slots(backward_buffers, DType::f32);
+  }
+
+  int64_t local_seq() const { return sequence_layout.local_length(); }
+
+  // Calls `visit(shard_offset, slot, slot_offset, length)` for every piece of this rank's slots.
+  template <typename Visit>
+  void for_each_own_piece(Visit&& visit) const {
+    for (int slot = 0; slot < slots; ++slot) {
+      int piece_index = 0;
+      for (const SlotPiece& piece : slot_pieces(sequence_layout, slots, rank, slot))
+        visit(shard_offset_of_piece(sequence_layout, slots, rank, slot, piece_index++), slot, piece.slot_offset,
+              piece.length);
+    }
+  }
+
+  // Cuts this rank's keys and values into its slots.
+  void fill_own_slots(const TensorView& k, const TensorView& v, const SlotSet& own) {
+    for_each_own_piece([&](int64_t shard_offset, int slot, int64_t slot_offset, int64_t length) {
+      kernels->copy(k.slice(1, shard_offset, length), own[slot].k.slice(1, slot_offset, length));
+      kernels->copy(v.slice(1, shard_offset, length), own[slot].v.slice(1, slot_offset, length));
+    });
+  }
+
+  // Puts the slots' gradients back in shard order, converting to the caller's dtype.
+  void return_own_slots(const SlotSet& gradient, TensorView dk, TensorView dv) {
+    for_each_own_piece([&](int64_t shard_offset, int slot, int64_t slot_offset, int64_t length) {
+      kernels->copy(gradient[slot].k.slice(1, slot_offset, length), dk.slice(1, shard_offset, length));
+      kernels->copy(gradient[slot].v.slice(1, slot_offset, length), dv.slice(1, shard_offset, length));
+    });
+  }
+
+  void fill_slots(const SlotSet& set, float value) {
+    for (const KvTensors& slot : set) {
+      kernels->fill(slot.k, value);
+      kernels->fill(slot.v, value);
+    }
+  }
+
+  // Sends every slot of `outgoing` one hop along its cycle while receiving each slot from its
+  // predecessor into `incoming`: one batch, deadlock-free at any rank count.
+  std::unique_ptr<PendingTransfer> start_rotation(const SlotSet& outgoing, const SlotSet& incoming) {
+    rotation_batch.sends.clear();
+    rotation_batch.receives.clear();
+    for (int slot = 0; slot < slots; ++slot) {
+      const std::size_t bytes = static_cast<std::size_t>(outgoing[slot].k.numel()) * dtype_size(outgoing[slot].k.dtype);
+      const int successor = schedule.successor(slot, rank);
+      const int predecessor = schedule.predecessor(slot, rank);
+      rotation_batch.sends.push_back({outgoing[slot].k.data, bytes, successor});
+      rotation_batch.sends.push_back({outgoing[slot].v.data, bytes, successor});
+      rotation_batch.receives.push_back({incoming[slot].k.data, bytes, predecessor});
+      rotation_batch.receives.push_back({incoming[slot].v.data, bytes, predecessor});
+    }
+    return comm.start(rotation_batch);
+  }
+
+  // The blocks of one forward step: each query chunk against every held piece it sees.
+  void forward_step(const TensorView& q, const SlotSet& held, int step) {
+    for (const RotationStepBlock& block : blocks_of_step[static_cast<std::size_t>(step)]) {
+      const SequenceChunk& queries = block.queries;
+      forward_block.segments.clear();
+      for (const SlotPiece& piece : block.keys) {
+        const KvTensors& slot = held[static_cast<std::size_t>(piece.slot)];
+        forward_block.segments.push_back({slot.k.slice(1, piece.slot_offset, piece.length),
+                                          slot.v.slice(1, piece.slot_offset, piece.length), piece.position});
+      }
+      forward_block.q = q.slice(1, queries.local_offset, queries.length);
+      forward_block.q_position = queries.position;
+      forward_block.mask = mask;
+      forward_block.scale = scale;
+      forward_block.out = bshd(forward_buffers[2].data(), DType::f32, queries.length, shape.heads);
+      forward_block.lse = bhs(forward_buffers[3].data(), queries.length);
+      kernels->forward(forward_block);
+      kernels->merge(forward_block.out, forward_block.lse, running_out.slice(1, queries.local_offset, queries.length),
+                     running_lse.slice(2, queries.local_offset, queries.length));
+    }
+  }
+
+  // The blocks of one backward step, accumulating into dq and into `gradient` (the gradient of
+  // the held slots from this rank's queries).
+  void backward_step(const TensorView& q, const TensorView& dout, const TensorView& lse, const SlotSet& held,
+                     const SlotSet& gradient, int step) {
+    for (const RotationStepBlock& block : blocks_of_step[static_cast<std::size_t>(step)]) {
+      backward_block.segments.clear();
+      for (const SlotPiece& piece : block.keys) {
+        const KvTensors& slot = held[static_cast<std::size_t>(piece.slot)];
+        const KvTensors& slot_gradient = gradient[static_cast<std::size_t>(piece.slot)];
+        backward_block.segments.push_back({{slot.k.slice(1, piece.slot_offset, piece.length),
+                                            slot.v.slice(1, piece.slot_offset, piece.length), piece.position},
+                                           slot_gradient.k.slice(1, piece.slot_offset, piece.length),
+                                           slot_gradient.v.slice(1, piece.slot_offset, piece.length)});
+      }
+      const int64_t offset = block.queries.local_offset;
+      const int64_t length = block.queries.length;
+      backward_block.q = q.slice(1, offset, length);
+      backward_block.q_position = block.queries.position;
+      backward_block.dout = dout.slice(1, offset, length);
+      backward_block.lse = lse.slice(2, offset, length);
+      backward_block.delta = delta.slice(2, offset, length);
+      backward_block.mask = mask;
+      backward_block.scale = scale;
+      backward_block.dq = dq_accumulator.slice(1, offset, length);
+      kernels->backward(backward_block);
+    }
+  }
+
+  Communicator& comm;
+  const AttentionShape shape;
+  const AttentionOptions options;
+  const int64_t strategy;
+  const SequenceLayout sequence_layout;
+  const CycleSchedule schedule;
+  std::unique_ptr<BlockKernels> kernels;
+  const AttentionMask mask;
+  const float scale;
+  const int rank;
+  const int ranks;
+  const int slots;
+  const int64_t slot_seq;
+  std::vector<std::vector<RotationStepBlock>> blocks_of_step;  // this rank's blocks, per step
+  int64_t longest_chunk = 0;
+
+  std::vector<DeviceBuffer> kv_buffers;
+  SlotSet rotating_kv[2];
+  std::vector<DeviceBuffer> forward_buffers;
+  TensorView running_out;  // (B, S_local, H, D) fp32
+  TensorView running_lse;  // (B, H, S_local) fp32
+  std::vector<DeviceBuffer> backward_buffers;
+  TensorView dq_accumulator;  // (B, S_local, H, D) fp32
+  TensorView delta;           // (B, H, S_local) fp32
+  SlotSet kv_gradient_contribution[2];
+  SlotSet kv_gradient_received;
+  // Reused across steps so that their lists keep their capacity.
+  TransferBatch rotation_batch;
+  ForwardBlock forward_block;
+  BackwardBlock backward_block;
+};
+
+std::unique_ptr<Strategy> make_ring_strategy(Communicator& communicator, LayoutKind layout, const AttentionShape& shape,
+                                             const AttentionOptions& options, const std::string& caller_error) {
+  const int ranks = communicator.size();
+  const RotationKind ring{layout == LayoutKind::contiguous ? 1 : 2, layout, 1, "", [ranks] { return ring_cycles(ranks); }};
+  return std::make_unique<RotationStrategy>(communicator, ring, shape, options, caller_error);
+}
+
+namespace {
+
+// Causal Hamiltonian schemes balance their work over the zigzag layout; without a causal mask
+// every placement does the same work, and contiguous shards are the simplest.
+LayoutKind hamilton_layout(const AttentionOptions& options) {
+  return options.causal ? LayoutKind::zigzag : LayoutKind::contiguous;
+}
+
+}  // namespace
+
+std::unique_ptr<Strategy> make_hamilton_strategy(Communicator& communicator, const AttentionShape& shape,
+                                                 const AttentionOptions& options, const std::string& caller_error) {
+  const int ranks = communicator.size();
+  // One rank has no arcs to decompose: it keeps its single slot, as the ring does.
+  const RotationKind hamilton{4, hamilton_layout(options), std::max(1, ranks - 1),
+                              hamiltonian_decomposition_error(ranks), [ranks] {
+                                return ranks == 1 ? ring_cycles(1) : hamiltonian_decomposition(ranks);
+                              }};
+  return std::make_unique<RotationStrategy>(communicator, hamilton, shape, options, caller_error);
+}
+
+std::unique_ptr<Strategy> make_two_level_hamilton_strategy(Communicator& communicator, int nodes,
+                                                           const AttentionShape& shape, const AttentionOptions& options,
+                                                           const std::string& caller_error) {
+  const int ranks = communicator.size();
+  std::string error;
+  if (nodes < 1 || ranks % nodes != 0) {
+    error = "hamilton2 needs the ranks (" + std::to_string(ranks) + ") to be a multiple of the nodes (" +
+            std::to_string(nodes) + "); ranks per node = ranks / nodes";
+  } else {
+    error = two_level_error(ranks / nodes, nodes);
+  }
+  const int ranks_per_node = error.empty() ? ranks / nodes : 1;
+  const RotationKind two_level{5, hamilton_layout(options), ranks_per_node, error,
+                               [ranks_per_node, nodes] { return two_level_cycles(ranks_per_node, nodes); }};
+  return std::make_unique<RotationStrategy>(communicator, two_level, shape, options, caller_error);
+}
+
+}  // namespace spattn

@@ -1,0 +1,491 @@
+// Ulysses attention: an all-to-all turns sequence shards into head shards (rank r gets the whole
+// sequence of query heads [r H/N, (r+1) H/N) and of the kv heads they read), attention runs
+// locally over the whole sequence, and an all-to-all turns the results back into sequence shards.
+// Backward moves its inputs the same way and sends the gradients back, summing the gradients of
+// kv heads that several ranks read.
+
+#include "spattn/ulysses_attention.hpp"
+
+#include <algorithm>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kernels/block_kernels.hpp"
+#include "spattn/distributed_attention.hpp"
+#include "strategies/call_validation.hpp"
+#include "strategies/device_buffer.hpp"
+#include "strategies/profile_recorder.hpp"
+#include "strategies/strategy.hpp"
+
+namespace spattn {
+
+namespace {
+
+// Identifies the strategy in the call signature that ranks agree on (ring 1, zigzag 2).
+constexpr int64_t kStrategyId = 3;
+
+// Profile steps: 0 moves the inputs to head shards, 1 attends, 2 moves the results back.
+constexpr int kToHeadsStep = 0;
+constexpr int kAttentionStep = 1;
+constexpr int kToSequenceStep = 2;
+constexpr int kSteps = 3;
+
+// Which dimension of a tensor is the sequence and which the heads.
+struct Axes {
+  int seq;
+  int head;
+};
+constexpr Axes kBshd{1, 2};  // q, k, v, out, dout and their gradients: (B, S, H, D)
+constexpr Axes kBhs{2, 1};   // lse and delta: (B, H, S)
+
+// Heads [first, first + count).
+struct HeadRange {
+  int64_t first = 0;
+  int64_t count = 0;
+};
+
+// The kv heads that query heads `query_heads` read when every `group_size` consecutive query
+// heads share one kv head.
+HeadRange kv_heads_read(const HeadRange& query_heads, int64_t group_size) {
+  const int64_t first = query_heads.first / group_size;
+  const int64_t last = (query_heads.first + query_heads.count - 1) / group_size;
+  return {first, last - first + 1};
+}
+
+// Query heads that the block kernel can attend in one call over kv heads, in a rank's local
+// head indices: the kernel lets query head i of a block read kv head i / (q_count / kv_count),
+// which matches the global grouping only for whole groups or for part of one group.
+struct HeadGroup {
+  HeadRange query;
+  HeadRange kv;
+};
+
+// The local query heads `query_heads` (global indices) cut into HeadGroups: the whole groups
+// together, and a partial group at either end on its own (at most three).
+std::vector<HeadGroup> head_groups(const HeadRange& query_heads, int64_t group_size) {
+  const int64_t end = query_heads.first + query_heads.count;
+  const int64_t first_kv = query_heads.first / group_size;
+  std::vector<HeadGroup> groups;
+  for (int64_t head = query_heads.first; head < end;) {
+    const int64_t kv = head / group_size;
+    const int64_t whole_groups = head % group_size == 0 ? (end - head) / group_size : 0;
+    const int64_t query_count = whole_groups > 0 ? whole_groups * group_size : std::min(end, (kv + 1) * group_size) - head;
+    const int64_t kv_count = std::max<int64_t>(whole_groups, 1);
+    groups.push_back({{head - query_heads.first, query_count}, {kv - first_kv, kv_count}});
+    head += query_count;
+  }
+  return groups;
+}
+
+constexpr std::size_t round_up(std::size_t bytes, std::size_t multiple) {
+  return (bytes + multiple - 1) / multiple * multiple;
+}
+
+// The send and receive buffers of one all-to-all that carries several tensors at once. The block
+// of every peer has the same size (an all-to-all needs that) and holds one part per tensor.
+class AllToAllExchange {
+ public:
+  // Every part starts at a multiple of this, so an fp32 part after a bf16 one stays aligned
+  // (and device loads stay vectorized).
+  static constexpr std::size_t kPartAlignment = 256;
+
+  // Appends a contiguous part of shape `dims` and `dtype` to every block; parts are numbered in
+  // the order they are added.
+  void add_part(DType dtype, std::initializer_list<int64_t> dims) {
+    parts.push_back(TensorView::contiguous(nullptr, dtype, dims));
+    part_offsets.push_back(block_bytes);
+    block_bytes = round_up(block_bytes + static_cast<std::size_t>(parts.back().numel()) * dtype_size(dtype),
+                           kPartAlignment);
+  }
+
+  // At the first call only: the buffers then serve every later call.
+  void allocate(BlockKernels& kernels, int ranks) {
+    if (send_buffer.data()) return;
+    device = kernels.device();
+    send_buffer = DeviceBuffer(kernels, block_bytes * static_cast<std::size_t>(ranks));
+    receive_buffer = DeviceBuffer(kernels, block_bytes * static_cast<std::size_t>(ranks));
+    // Padding and unused kv-head room travel too: zero them once so no uninitialized byte moves.
+    kernels.fill(TensorView::contiguous(send_buffer.data(), DType::f32,
+                                        {static_cast<int64_t>(block_bytes / sizeof(float)) * ranks}, device),
+                 0.0f);
+  }
+
+  TensorView to_send(int peer, int part) const { return view(send_buffer, peer, part); }
+  TensorView received(int peer, int part) const { return view(receive_buffer, peer, part); }
+
+  std::unique_ptr<PendingTransfer> start(Communicator& comm) const {
+    return comm.start_all_to_all(send_buffer.data(), receive_buffer.data(), block_bytes);
+  }
+
+ private:
+  TensorView view(const DeviceBuffer& buffer, int peer, int part) const {
+    TensorView tensor = parts[static_cast<std::size_t>(part)];
+    tensor.device = device;
+    tensor.data = static_cast<char*>(buffer.data()) + static_cast<std::size_t>(peer) * block_bytes +
+                  part_offsets[static_cast<std::size_t>(part)];
+    return tensor;
+  }
+
+  std::vector<TensorView> parts;  // shapes and dtypes, no data
+  std::vector<std::size_t> part_offsets;
+  std::size_t block_bytes = 0;
+  Device device{};
+  DeviceBuffer send_buffer;     // block p goes to rank p
+  DeviceBuffer receive_buffer;  // block j comes from rank j
+};
+
+// Whether data arriving for a place overwrites it or is added to it.
+enum class Arrival { overwrite, sum };
+
+}  // namespace
+
+class UlyssesStrategy final : public Strategy {
+ public:
+  UlyssesStrategy(Communicator& communicator, const AttentionShape& call_shape, const AttentionOptions& call_options,
+                  const std::string& caller_error)
+      : comm(communicator),
+        shape(call_shape),
+        options(call_options),
+        sequence_layout(agreed_layout(caller_error)),
+        kernels(make_block_kernels(communicator.device())),
+        mask(AttentionMask::from_options(call_options)),
+        scale(resolved_scale(call_shape, call_options)),
+        rank(communicator.rank()),
+        ranks(communicator.size()),
+        local_seq(sequence_layout.local_length()),
+        heads_per_rank(call_shape.heads / ranks),
+        group_size(call_shape.heads / call_shape.kv_heads) {
+    for (int peer = 0; peer < ranks; ++peer) {
+      query_heads_of.push_back({peer * heads_per_rank, heads_per_rank});
+      kv_heads_of.push_back(kv_heads_read(query_heads_of.back(), group_size));
+      kv_heads_per_block = std::max(kv_heads_per_block, kv_heads_of.back().count);
+    }
+    own_kv_heads = kv_heads_of[static_cast<std::size_t>(rank)].count;
+    groups = head_groups(query_heads_of[static_cast<std::size_t>(rank)], group_size);
+    describe_exchanges();
+  }
+
+  const SequenceLayout& layout() const override { return sequence_layout; }
+
+  void forward(const TensorView& q, const TensorView& k, const TensorView& v, TensorView out, TensorView lse,
+               Profile* profile) override {
+    agree_on_call(comm, forward_arguments_error(shape, local_seq, kernels->device(), q, k, v, out, lse),
+                  call_signature(kStrategyId, shape, options));
+    ensure_forward_workspace();
+    ProfileRecorder recorder(profile, kSteps);
+
+    recorder.compute(kToHeadsStep, [&] { pack_inputs(forward_inputs, q, k, v); });
+    exchange(recorder, kToHeadsStep, forward_inputs);
+    recorder.compute(kToHeadsStep, [&] { unpack_inputs(forward_inputs); });
+
+    recorder.compute(kAttentionStep, [&] {
+      for (const HeadGroup& group : groups) {
+        forward_block.q = full_q.slice(kBshd.head, group.query.first, group.query.count);
+        forward_block.q_position = 0;
+        forward_block.segments = {{full_k.slice(kBshd.head, group.kv.first, group.kv.count),
+                                   full_v.slice(kBshd.head, group.kv.first, group.kv.count), 0}};
+        forward_block.mask = mask;
+        forward_block.scale = scale;
+        forward_block.out = full_out.slice(kBshd.head, group.query.first, group.query.count);
+        forward_block.lse = full_lse.slice(kBhs.head, group.query.first, group.query.count);
+        kernels->forward(forward_block);
+      }
+    });
+
+    recorder.compute(kToSequenceStep, [&] {
+      pack_sequence_shards(full_out, kBshd, forward_results, kOutPart);
+      pack_sequence_shards(full_lse, kBhs, forward_results, kLsePart);
+    });
+    exchange(recorder, kToSequenceStep, forward_results);
+    recorder.compute(kToSequenceStep, [&] {
+      unpack_head_shards(forward_results, kOutPart, kBshd, query_heads_of, out, Arrival::overwrite);
+      unpack_head_shards(forward_results, kLsePart, kBhs, query_heads_of, lse, Arrival::overwrite);
+    });
+    recorder.finish();
+  }
+
+  void backward(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+                const TensorView& lse, const TensorView& dout, TensorView dq, TensorView dk, TensorView dv,
+                Profile* profile) override {
+    agree_on_call(comm,
+                  backward_arguments_error(shape, local_seq, kernels->device(), q, k, v, out, lse, dout, dq, dk, dv),
+                  call_signature(kStrategyId, shape, options));
+    ensure_backward_workspace();
+    ProfileRecorder recorder(profile, kSteps);
+
+    // delta = rowsum(dout * out) is computed where out is, so out itself never travels.
+    recorder.compute(kToHeadsStep, [&] {
+      kernels->softmax_delta(out, dout, local_delta);
+      pack_inputs(backward_inputs, q, k, v);
+      pack_head_shards(dout, kBshd, query_heads_of, backward_inputs, kDoutPart);
+      pack_head_shards(lse, kBhs, query_heads_of, backward_inputs, kLseInPart);
+      pack_head_shards(local_delta, kBhs, query_heads_of, backward_inputs, kDeltaPart);
+    });
+    exchange(recorder, kToHeadsStep, backward_inputs);
+    recorder.compute(kToHeadsStep, [&] {
+      unpack_inputs(backward_inputs);
+      unpack_sequence_shards(backward_inputs, kDoutPart, kBshd, full_dout);
+      unpack_sequence_shards(backward_inputs, kLseInPart, kBhs, full_lse);
+      unpack_sequence_shards(backward_inputs, kDeltaPart, kBhs, full_delta);
+    });
+
+    recorder.compute(kAttentionStep, [&] {
+      kernels->fill(full_dq, 0.0f);
+      kernels->fill(full_dk, 0.0f);
+      kernels->fill(full_dv, 0.0f);
+      for (const HeadGroup& group : groups) {
+        const auto queries = [&](const TensorView& tensor, Axes axes) {
+          return tensor.slice(axes.head, group.query.first, group.query.count);
+        };
+        const auto keys = [&](const TensorView& tensor) {
+          return tensor.slice(kBshd.head, group.kv.first, group.kv.count);
+        };
+        backward_block.q = queries(full_q, kBshd);
+        backward_block.q_position = 0;
+        backward_block.segments = {{{keys(full_k), keys(full_v), 0}, keys(full_dk), keys(full_dv)}};
+        backward_block.dout = queries(full_dout, kBshd);
+        backward_block.lse = queries(full_lse, kBhs);
+        backward_block.delta = queries(full_delta, kBhs);
+        backward_block.mask = mask;
+        backward_block.scale = scale;
+        backward_block.dq = queries(full_dq, kBshd);
+        kernels->backward(backward_block);
+      }
+    });
+
+    recorder.compute(kToSequenceStep, [&] {
+      pack_sequence_shards(full_dq, kBshd, gradients, kDqPart);
+      pack_sequence_shards(full_dk, kBshd, gradients, kDkPart);
+      pack_sequence_shards(full_dv, kBshd, gradients, kDvPart);
+    });
+    exchange(recorder, kToSequenceStep, gradients);
+    recorder.compute(kToSequenceStep, [&] {
+      unpack_head_shards(gradients, kDqPart, kBshd, query_heads_of, dq, Arrival::overwrite);
+      kernels->fill(dk_sum, 0.0f);
+      kernels->fill(dv_sum, 0.0f);
+      unpack_head_shards(gradients, kDkPart, kBshd, kv_heads_of, dk_sum, Arrival::sum);
+      unpack_head_shards(gradients, kDvPart, kBshd, kv_heads_of, dv_sum, Arrival::sum);
+      kernels->copy(dk_sum, dk);
+      kernels->copy(dv_sum, dv);
+    });
+    recorder.finish();
+  }
+
+ private:
+  // Parts of the all-to-all blocks, in the order describe_exchanges adds them. Inputs to head shards: the block for peer p holds this rank's
+  // tokens of p's query heads and of the kv heads they read (forward: q, k, v; backward also
+  // dout, lse, delta). Results back to sequence shards: the block for peer p holds p's tokens of
+  // this rank's heads (forward: out, lse; backward: dq, dk, dv).
+  enum InputPart { kQPart, kKPart, kVPart, kDoutPart, kLseInPart, kDeltaPart };
+  enum ForwardResultPart { kOutPart, kLsePart };
+  enum GradientPart { kDqPart, kDkPart, kDvPart };
+
+  // Validates the plan's arguments and agrees on them with every rank before building the layout.
+  SequenceLayout agreed_layout(const std::string& caller_error) {
+    const std::string error = first_error({caller_error, shape_and_options_error(shape, options),
+                                           SequenceLayout::split_error(LayoutKind::contiguous, shape.seq, comm.size()),
+                                           heads_split_error()});
+    agree_on_call(comm, error, call_signature(kStrategyId, shape, options));
+    return SequenceLayout(LayoutKind::contiguous, shape.seq, comm.size());
+  }
+
+  std::string heads_split_error() const {
+    if (shape.heads < 1 || shape.heads % comm.size() == 0) return "";
+    return "ulysses splits query heads over ranks: heads (" + std::to_string(shape.heads) +
+           ") must be divisible by ranks (" + std::to_string(comm.size()) +
+           "); use zigzag, ring or usp for this head count";
+  }
+
+  // Every block carries room for kv_heads_per_block kv heads, the most any rank reads, because
+  // an all-to-all needs blocks of one size; a rank that reads fewer leaves the rest unused. A kv
+  // head read by query heads of several ranks goes into the block of each of them.
+  void describe_exchanges() {
+    const int64_t B = shape.batch, D = shape.head_dim;
+    for (AllToAllExchange* inputs : {&forward_inputs, &backward_inputs}) {
+      inputs->add_part(shape.dtype, {B, local_seq, heads_per_rank, D});      // q
+      inputs->add_part(shape.dtype, {B, local_seq, kv_heads_per_block, D});  // k
+      inputs->add_part(shape.dtype, {B, local_seq, kv_heads_per_block, D});  // v
+    }
+    backward_inputs.add_part(shape.dtype, {B, local_seq, heads_per_rank, D});  // dout
+    backward_inputs.add_part(DType::f32, {B, heads_per_rank, local_seq});      // lse
+    backward_inputs.add_part(DType::f32, {B, heads_per_rank, local_seq});      // delta
+    forward_results.add_part(shape.dtype, {B, local_seq, heads_per_rank, D});  // out
+    forward_results.add_part(DType::f32, {B, heads_per_rank, local_seq});      // lse
+    // Gradients travel in fp32 so that a kv head's contributions from several ranks are summed
+    // before the one rounding to the input dtype.
+    gradients.add_part(DType::f32, {B, local_seq, heads_per_rank, D});      // dq
+    gradients.add_part(DType::f32, {B, local_seq, kv_heads_per_block, D});  // dk
+    gradients.add_part(DType::f32, {B, local_seq, kv_heads_per_block, D});  // dv
+  }
+
+  // A new workspace tensor owned by `owner`.
+  TensorView allocate(std::vector<DeviceBuffer>& owner, DType dtype, std::initializer_list<int64_t> dims) {
+    TensorView tensor = TensorView::contiguous(nullptr, dtype, dims, kernels->device());
+    owner.emplace_back(*kernels, static_cast<std::size_t>(tensor.numel()) * dtype_size(dtype));
+    tensor.data = owner.back().data();
+    return tensor;
+  }
+
+  // Workspace, allocated at the first call that needs it and reused by every later call.
+  void ensure_head_shards() {
+    if (!head_shard_buffers.empty()) return;
+    const int64_t B = shape.batch, S = shape.seq, D = shape.head_dim;
+    full_q = allocate(head_shard_buffers, shape.dtype, {B, S, heads_per_rank, D});
+    full_k = allocate(head_shard_buffers, shape.dtype, {B, S, own_kv_heads, D});
+    full_v = allocate(head_shard_buffers, shape.dtype, {B, S, own_kv_heads, D});
+    full_lse = allocate(head_shard_buffers, DType::f32, {B, heads_per_rank, S});
+  }
+  void ensure_forward_workspace() {
+    ensure_head_shards();
+    if (!forward_buffers.empty()) return;
+    full_out = allocate(forward_buffers, DType::f32, {shape.batch, shape.seq, heads_per_rank, shape.head_dim});
+    forward_inputs.allocate(*kernels, ranks);
+    forward_results.allocate(*kernels, ranks);
+  }
+  void ensure_backward_workspace() {
+    ensure_head_shards();
+    if (!backward_buffers.empty()) return;
+    const int64_t B = shape.batch, S = shape.seq, D = shape.head_dim;
+    local_delta = allocate(backward_buffers, DType::f32, {B, shape.heads, local_seq});
+    full_dout = allocate(backward_buffers, shape.dtype, {B, S, heads_per_rank, D});
+    full_delta = allocate(backward_buffers, DType::f32, {B, heads_per_rank, S});
+    full_dq = allocate(backward_buffers, DType::f32, {B, S, heads_per_rank, D});
+    full_dk = allocate(backward_buffers, DType::f32, {B, S, own_kv_heads, D});
+    full_dv = allocate(backward_buffers, DType::f32, {B, S, own_kv_heads, D});
+    dk_sum = allocate(backward_buffers, DType::f32, {B, local_seq, shape.kv_heads, D});
+    dv_sum = allocate(backward_buffers, DType::f32, {B, local_seq, shape.kv_heads, D});
+    backward_inputs.allocate(*kernels, ranks);
+    gradients.allocate(*kernels, ranks);
+  }
+
+  void exchange(ProfileRecorder& recorder, int step, const AllToAllExchange& blocks) {
+    std::unique_ptr<PendingTransfer> transfer = blocks.start(comm);
+    recorder.communication(step, [&] { comm.wait(*transfer); });
+  }
+
+  // Sequence shard -> blocks: the block for peer p gets heads `heads_of[p]` of this rank's tokens.
+  void pack_head_shards(const TensorView& shard, Axes axes, const std::vector<HeadRange>& heads_of,
+                        const AllToAllExchange& blocks, int part) {
+    for (int peer = 0; peer < ranks; ++peer) {
+      const HeadRange& heads = heads_of[static_cast<std::size_t>(peer)];
+      kernels->copy(shard.slice(axes.head, heads.first, heads.count),
+                    blocks.to_send(peer, part).slice(axes.head, 0, heads.count));
+    }
+  }
+
+  // Blocks -> head shard: block j holds rank j's tokens, which go to their place in the sequence.
+  void unpack_sequence_shards(const AllToAllExchange& blocks, int part, Axes axes, TensorView full) {
+    for (int source = 0; source < ranks; ++source)
+      kernels->copy(blocks.received(source, part).slice(axes.head, 0, full.size(axes.head)),
+                    full.slice(axes.seq, source * local_seq, local_seq));
+  }
+
+  // Head shard -> blocks: the block for peer p gets p's tokens of this rank's heads.
+  void pack_sequence_shards(const TensorView& full, Axes axes, const AllToAllExchange& blocks, int part) {
+    for (int peer = 0; peer < ranks; ++peer)
+      kernels->copy(full.slice(axes.seq, peer * local_seq, local_seq),
+                    blocks.to_send(peer, part).slice(axes.head, 0, full.size(axes.head)));
+  }
+
+  // Blocks -> sequence shard: block j holds heads `heads_of[j]` of this rank's tokens.
+  void unpack_head_shards(const AllToAllExchange& blocks, int part, Axes axes, const std::vector<HeadRange>& heads_of,
+                          TensorView shard, Arrival arrival) {
+    for (int source = 0; source < ranks; ++source) {
+      const HeadRange& heads = heads_of[static_cast<std::size_t>(source)];
+      const TensorView arrived = blocks.received(source, part).slice(axes.head, 0, heads.count);
+      const TensorView place = shard.slice(axes.head, heads.first, heads.count);
+      if (arrival == Arrival::sum) kernels->add(arrived, place);
+      else kernels->copy(arrived, place);
+    }
+  }
+
+  void pack_inputs(const AllToAllExchange& inputs, const TensorView& q, const TensorView& k, const TensorView& v) {
+    pack_head_shards(q, kBshd, query_heads_of, inputs, kQPart);
+    pack_head_shards(k, kBshd, kv_heads_of, inputs, kKPart);
+    pack_head_shards(v, kBshd, kv_heads_of, inputs, kVPart);
+  }
+  void unpack_inputs(const AllToAllExchange& inputs) {
+    unpack_sequence_shards(inputs, kQPart, kBshd, full_q);
+    unpack_sequence_shards(inputs, kKPart, kBshd, full_k);
+    unpack_sequence_shards(inputs, kVPart, kBshd, full_v);
+  }
+
+  Communicator& comm;
+  const AttentionShape shape;
+  const AttentionOptions options;
+  const SequenceLayout sequence_layout;
+  std::unique_ptr<BlockKernels> kernels;
+  const AttentionMask mask;
+  const float scale;
+  const int rank;
+  const int ranks;
+  const int64_t local_seq;       // S / N
+  const int64_t heads_per_rank;  // H / N query heads per head shard
+  const int64_t group_size;      // H / HK query heads per kv head
+  std::vector<HeadRange> query_heads_of;  // per rank, global query heads of its head shard
+  std::vector<HeadRange> kv_heads_of;     // per rank, global kv heads its query heads read
+  int64_t kv_heads_per_block = 0;         // the most kv heads any rank reads
+  int64_t own_kv_heads = 0;               // kv heads this rank reads
+  std::vector<HeadGroup> groups;          // this rank's query heads as kernel calls
+
+  AllToAllExchange forward_inputs;   // q, k, v
+  AllToAllExchange forward_results;  // out, lse
+  AllToAllExchange backward_inputs;  // q, k, v, dout, lse, delta
+  AllToAllExchange gradients;        // dq, dk, dv (fp32)
+
+  std::vector<DeviceBuffer> head_shard_buffers;
+  TensorView full_q;    // (B, S, H/N, D)
+  TensorView full_k;    // (B, S, own_kv_heads, D)
+  TensorView full_v;    // (B, S, own_kv_heads, D)
+  TensorView full_lse;  // (B, H/N, S) fp32: written by forward, received by backward
+  std::vector<DeviceBuffer> forward_buffers;
+  TensorView full_out;  // (B, S, H/N, D) fp32
+  std::vector<DeviceBuffer> backward_buffers;
+  TensorView local_delta;  // (B, H, S/N) fp32
+  TensorView full_dout;    // (B, S, H/N, D)
+  TensorView full_delta;   // (B, H/N, S) fp32
+  TensorView full_dq;      // (B, S, H/N, D) fp32
+  TensorView full_dk;      // (B, S, own_kv_heads, D) fp32
+  TensorView full_dv;      // (B, S, own_kv_heads, D) fp32
+  TensorView dk_sum;       // (B, S/N, HK, D) fp32: every rank's contribution to this rank's tokens
+  TensorView dv_sum;       // (B, S/N, HK, D) fp32
+  // Reused across calls so that their segment lists keep their capacity.
+  ForwardBlock forward_block;
+  BackwardBlock backward_block;
+};
+
+std::unique_ptr<Strategy> make_ulysses_strategy(Communicator& communicator, const AttentionShape& shape,
+                                                const AttentionOptions& options, const std::string& caller_error) {
+  return std::make_unique<UlyssesStrategy>(communicator, shape, options, caller_error);
+}
+
+namespace {
+
+// A one-shot plan for the global shape implied by this rank's q and k, and why that shape cannot
+// be read when they are not (B, S_local, H, D) tensors (agreed with the other ranks like any
+// other invalid argument).
+std::unique_ptr<Strategy> plan_from_tensors(Communicator& communicator, const TensorView& q, const TensorView& k,
+                                            const AttentionOptions& options) {
+  const auto [shape, error] = global_shape_of(q, k, communicator.size());
+  return make_ulysses_strategy(communicator, shape, options, error);
+}
+
+}  // namespace
+
+void ulysses_attention_forward(Communicator& communicator, const TensorView& q, const TensorView& k,
+                               const TensorView& v, TensorView out, TensorView lse, const AttentionOptions& options,
+                               Profile* profile) {
+  plan_from_tensors(communicator, q, k, options)->forward(q, k, v, out, lse, profile);
+}
+
+void ulysses_attention_backward(Communicator& communicator, const TensorView& q, const TensorView& k,
+                                const TensorView& v, const TensorView& out, const TensorView& lse,
+                                const TensorView& dout, TensorView dq, TensorView dk, TensorView dv,
+                                const AttentionOptions& options, Profile* profile) {
+  plan_from_tensors(communicator, q, k, options)->backward(q, k, v, out, lse, dout, dq, dk, dv, profile);
+}
+
+}  // namespace spattn

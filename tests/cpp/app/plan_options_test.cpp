@@ -1,0 +1,211 @@
+// `spattn plan`: its options (defaults, every option, what is refused and with which exit status)
+// and what it prints (the schedule's tables, the comparison, their JSON, impossible schedules).
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <vector>
+
+#include "cli_options.hpp"
+#include "plan_command.hpp"
+#include "schedule/cycle_schedule.hpp"
+#include "spattn/distributed_attention.hpp"
+
+namespace spattn::app {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+CliCommand parse(std::vector<std::string> arguments) {
+  std::vector<const char*> argv = {"spattn"};
+  for (const std::string& argument : arguments) argv.push_back(argument.c_str());
+  return parse_command_line(static_cast<int>(argv.size()), argv.data());
+}
+
+PlanOptions parse_plan(std::vector<std::string> options) {
+  options.insert(options.begin(), "plan");
+  const CliCommand command = parse(options);
+  EXPECT_EQ(command.kind, CliCommand::Kind::plan);
+  return command.plan;
+}
+
+std::string usage_error(const std::vector<std::string>& arguments) {
+  try {
+    parse(arguments);
+  } catch (const UsageError& error) {
+    return error.what();
+  }
+  ADD_FAILURE() << "no UsageError";
+  return "";
+}
+
+// What main() does with the exceptions: 2 for a usage error, 1 for any other Error.
+int exit_status(const std::function<void()>& action) {
+  try {
+    action();
+  } catch (const UsageError&) {
+    return 2;
+  } catch (const Error&) {
+    return 1;
+  }
+  return 0;
+}
+
+std::string plan(const std::vector<std::string>& options) { return plan_text(parse_plan(options)); }
+
+TEST(PlanOptionsTest, DefaultsAreAnLlmShapeOnTheNvswitchPreset) {
+  const PlanOptions options = parse_plan({});
+  EXPECT_EQ(options.algorithm, "hamilton");
+  EXPECT_EQ(options.ranks, 0);
+  EXPECT_EQ(options.nodes, 0);
+  EXPECT_EQ(options.inner, 0);
+  EXPECT_FALSE(options.causal);
+  EXPECT_EQ(options.batch, 1);
+  EXPECT_EQ(options.seq, 0);
+  EXPECT_EQ(options.heads, 32);
+  EXPECT_EQ(options.kv_heads, 32);
+  EXPECT_EQ(options.head_dim, 128);
+  EXPECT_EQ(options.dtype, DType::bf16);
+  EXPECT_EQ(options.preset, "nvswitch");
+  EXPECT_FALSE(options.tflops.has_value());
+  EXPECT_FALSE(options.compare);
+  EXPECT_FALSE(options.json);
+  EXPECT_EQ(parse_plan({"--heads", "16"}).kv_heads, 16);
+}
+
+TEST(PlanOptionsTest, EveryOptionWorksInBothForms) {
+  for (bool attached : {false, true}) {
+    std::vector<std::string> arguments;
+    const auto add = [&](const std::string& name, const std::string& value) {
+      if (attached) {
+        arguments.push_back(name + "=" + value);
+      } else {
+        arguments.push_back(name);
+        arguments.push_back(value);
+      }
+    };
+    add("--algo", "hamilton2");
+    add("--ranks", "16");
+    add("--nodes", "2");
+    add("--inner", "4");
+    add("--batch", "2");
+    add("--seq", "4096");
+    add("--heads", "16");
+    add("--kv-heads", "4");
+    add("--head-dim", "64");
+    add("--dtype", "fp16");
+    add("--preset", "two-node");
+    add("--tflops", "312.5");
+    for (const char* flag : {"--causal", "--compare", "--json"}) arguments.push_back(flag);
+    const PlanOptions options = parse_plan(arguments);
+    EXPECT_EQ(options.algorithm, "hamilton2");
+    EXPECT_EQ(options.ranks, 16);
+    EXPECT_EQ(options.nodes, 2);
+    EXPECT_EQ(options.inner, 4);
+    EXPECT_EQ(options.batch, 2);
+    EXPECT_EQ(options.seq, 4096);
+    EXPECT_EQ(options.heads, 16);
+    EXPECT_EQ(options.kv_heads, 4);
+    EXPECT_EQ(options.head_dim, 64);
+    EXPECT_EQ(options.dtype, DType::f16);
+    EXPECT_EQ(options.preset, "two-node");
+    EXPECT_DOUBLE_EQ(*options.tflops, 312.5);
+    EXPECT_TRUE(options.causal);
+    EXPECT_TRUE(options.compare);
+    EXPECT_TRUE(options.json);
+  }
+}
+
+TEST(PlanOptionsTest, BadValuesAreUsageErrors) {
+  EXPECT_EQ(usage_error({"plan", "--algo", "ulysses"}),
+            "spattn: --algo expects a rotation schedule: ring, zigzag, hamilton, hamilton2 (--compare shows every "
+            "strategy), got 'ulysses'");
+  EXPECT_EQ(usage_error({"plan", "--ranks", "1"}), "spattn: --ranks expects an integer >= 2, got '1'");
+  EXPECT_THAT(usage_error({"plan", "--ranks", "eight"}), HasSubstr("got 'eight'"));
+  EXPECT_THAT(usage_error({"plan", "--nodes", "0"}), HasSubstr("--nodes expects a positive integer, got '0'"));
+  EXPECT_THAT(usage_error({"plan", "--inner", "-2"}), HasSubstr("--inner expects a positive integer"));
+  EXPECT_EQ(usage_error({"plan", "--preset", "dgx"}),
+            "spattn: --preset expects one of nvswitch, two-node, mesh, got 'dgx'");
+  for (const char* rate : {"0", "-5", "inf", "fast"})
+    EXPECT_THAT(usage_error({"plan", "--tflops", rate}), HasSubstr("--tflops expects a finite number > 0"));
+  EXPECT_THAT(usage_error({"plan", "--dtype", "fp8"}), HasSubstr("--dtype:"));
+  EXPECT_EQ(usage_error({"plan", "--window", "1,1"}),
+            "spattn: unknown option '--window' for 'spattn plan'; see 'spattn help'");
+  EXPECT_THAT(usage_error({"plan", "--ranks"}), HasSubstr("missing value after --ranks; usage: --ranks N"));
+  EXPECT_THAT(usage_error({"plan", "--compare=yes"}), HasSubstr("--compare takes no value"));
+  EXPECT_THAT(usage_error({"plan", "8"}), HasSubstr("unexpected argument '8' for 'spattn plan'"));
+  EXPECT_EQ(parse({"plan", "--ranks", "8", "--help"}).kind, CliCommand::Kind::help);
+  EXPECT_EQ(exit_status([] { parse({"plan", "--ranks", "x"}); }), 2);
+}
+
+TEST(PlanOptionsTest, UsageTextDocumentsThePlanOptionsAndPresets) {
+  const std::string text = usage_text();
+  for (const char* option : {"options of 'spattn plan'", "--ranks N", "--nodes U", "--inner N1", "--preset NAME",
+                             "--tflops R", "--compare", "(default 8192 per rank)", "ring, zigzag, hamilton, hamilton2",
+                             "  nvswitch", "  two-node", "  mesh", "450 GB/s per GPU"}) {
+    EXPECT_THAT(text, HasSubstr(option));
+  }
+}
+
+TEST(PlanCommandTest, HamiltonOnEightRanksPrintsItsTables) {
+  const std::string text = plan({"--algo", "hamilton", "--ranks", "8", "--causal", "--seq", "65632"});
+  EXPECT_THAT(text, AllOf(HasSubstr("hamilton on 8 ranks: 7 cycles"), HasSubstr("out mapping"), HasSubstr("in mapping"),
+                          HasSubstr("rank 7, slots 0..6:"), HasSubstr("56 links within a node carry 1 slot"),
+                          HasSubstr("in 7 messages")));
+  for (const std::vector<int>& cycle : hamiltonian_decomposition(8)) {
+    std::string line = ":";
+    for (int rank : cycle) line += " " + std::to_string(rank);
+    EXPECT_THAT(text, HasSubstr(line + "\n"));
+  }
+  // 65536 tokens cannot be cut into 2*8*7 chunks: the tables still print, the sizes do not.
+  EXPECT_THAT(plan({"--ranks", "8", "--causal"}),
+              AllOf(HasSubstr("7 cycles"), HasSubstr("sizes n/a: S (65536) must be a multiple of 2*N*(N-1) = 112")));
+}
+
+TEST(PlanCommandTest, JsonHasTheCyclesAndBothMappings) {
+  const std::string json = plan({"--algo", "ring", "--ranks", "3", "--json", "--seq", "6"});
+  EXPECT_THAT(json, AllOf(HasSubstr("\"cycles\": [[0, 1, 2]]"),
+                          HasSubstr("\"out_mapping\": [[-1, 0, -1], [-1, -1, 0], [0, -1, -1]]"),
+                          HasSubstr("\"in_mapping\": [[-1, -1, 0], [0, -1, -1], [-1, 0, -1]]"),
+                          HasSubstr("\"sources\": [[[0], [2], [1]], [[1], [0], [2]], [[2], [1], [0]]]"),
+                          HasSubstr("\"not_applicable\": null")));
+  EXPECT_THAT(plan({"--algo", "hamilton2", "--ranks", "16", "--preset", "two-node", "--json"}),
+              AllOf(HasSubstr("\"nodes\": 2"), HasSubstr("\"slots\": 8")));
+}
+
+TEST(PlanCommandTest, ImpossibleSchedulesAreRuntimeErrors) {
+  for (const char* ranks : {"4", "6"}) {
+    try {
+      plan({"--algo", "hamilton", "--ranks", ranks});
+      ADD_FAILURE() << "no Error at " << ranks << " ranks";
+    } catch (const Error& error) {
+      EXPECT_EQ(error.what(), "spattn: " + hamiltonian_decomposition_error(std::stoi(ranks)));
+      EXPECT_EQ(exit_status([&] { plan({"--algo", "hamilton", "--ranks", ranks}); }), 1);
+    }
+  }
+  // One node has no two-level scheme; more ranks than the preset has.
+  EXPECT_EQ(exit_status([] { plan({"--algo", "hamilton2", "--ranks", "8"}); }), 1);
+  EXPECT_EQ(exit_status([] { plan({"--algo", "ring", "--ranks", "9"}); }), 1);
+  EXPECT_EQ(exit_status([] { plan({"--compare", "--ranks", "32", "--preset", "two-node"}); }), 1);
+}
+
+TEST(PlanCommandTest, CompareListsEveryStrategyAndWhyOneDoesNotApply) {
+  const std::string text = plan({"--compare", "--causal"});
+  for (Algorithm algorithm : all_algorithms()) EXPECT_THAT(text, HasSubstr("\n" + algorithm_name(algorithm) + " "));
+  EXPECT_THAT(text, AllOf(HasSubstr("model of 8 ranks on nvswitch"), HasSubstr("S = 65536 (8192 per rank)"),
+                          HasSubstr("hamilton   n/a: S (65536) must be a multiple of 2*N*(N-1) = 112"),
+                          HasSubstr("hamilton2  n/a: the two-level scheme needs at least 2 nodes")));
+  const std::string json = plan({"--compare", "--preset", "two-node", "--json"});
+  EXPECT_THAT(json,
+              AllOf(HasSubstr("\"ranks\": 16"), HasSubstr("\"strategies\": [{\"algo\": \"ring\""),
+                    HasSubstr("\"algo\": \"usp\", \"not_applicable\": null, \"configuration\": \"Ulysses 8 x ring 2\""),
+                    HasSubstr("\"forward_backward_s\": "), Not(HasSubstr("inf")), Not(HasSubstr("nan"))));
+  // --tflops replaces the preset's kernel rate.
+  EXPECT_THAT(plan({"--compare", "--tflops", "250"}), HasSubstr("kernel 250 TFLOP/s"));
+}
+
+}  // namespace
+}  // namespace spattn::app

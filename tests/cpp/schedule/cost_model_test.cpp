@@ -1,0 +1,356 @@
+// The communication cost model: bytes and messages per step against hand-computed values, the
+// link model (switch, full mesh, across nodes), the claims of hamilton.md (Hamiltonian cycles
+// spread a ring's bytes over every link; the two-level scheme sends 1/m of them across nodes; a
+// long sequence makes the ring compute-bound), the reasons a strategy does not apply, and
+// monotonicity in the sequence length.
+
+#include "schedule/cost_model.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "spattn/error.hpp"
+
+namespace spattn {
+namespace {
+
+using ::testing::HasSubstr;
+
+// 2 nodes of 4 ranks: 100 GB/s, 1 us within a node; 10 GB/s, 5 us across.
+Cluster small_cluster() {
+  Cluster cluster;
+  cluster.name = "small";
+  cluster.nodes = 2;
+  cluster.ranks_per_node = 4;
+  cluster.within_node = {100e9, 1e-6};
+  cluster.across_nodes = {10e9, 5e-6};
+  cluster.kernel_flops = 1e12;
+  return cluster;
+}
+
+// S = 448 is a multiple of 2*N*(N-1) = 112 and 2*N*m = 64 at N = 8, m = 4: everything applies.
+// 56 tokens per rank; K and V of a shard: 2 * 56 tokens * 8 heads * 4 dims * 2 bytes = 7168 bytes.
+AttentionShape small_shape() {
+  AttentionShape shape;
+  shape.seq = 448;
+  shape.heads = 8;
+  shape.kv_heads = 8;
+  shape.head_dim = 4;
+  shape.dtype = DType::bf16;
+  return shape;
+}
+
+// 32 heads of 128 dims in bf16, `tokens_per_rank` tokens on each of `ranks` ranks.
+AttentionShape llm_shape(int64_t tokens_per_rank, int ranks) {
+  AttentionShape shape;
+  shape.seq = tokens_per_rank * ranks;
+  shape.heads = 32;
+  shape.kv_heads = 32;
+  shape.head_dim = 128;
+  shape.dtype = DType::bf16;
+  return shape;
+}
+
+std::map<Algorithm, StrategyCost> costs_by_algorithm(const Cluster& cluster, const AttentionShape& shape, int ranks,
+                                                     bool causal, const StrategyOptions& options) {
+  std::map<Algorithm, StrategyCost> costs;
+  for (const StrategyCost& cost : compare_strategies(cluster, shape, ranks, causal, options))
+    costs.emplace(cost.algorithm, cost);
+  return costs;
+}
+
+StrategyCost cost_of(Algorithm algorithm, const Cluster& cluster, const AttentionShape& shape, int ranks,
+                     bool causal = false, const StrategyOptions& options = {}) {
+  return strategy_cost(cluster, shape, ranks, causal, algorithm, options);
+}
+
+TEST(CostModel, BytesAndMessagesPerStepMatchHandComputedValues) {
+  const auto costs = costs_by_algorithm(small_cluster(), small_shape(), 8, true, StrategyOptions{2, 0});
+  for (const auto& [algorithm, cost] : costs)
+    ASSERT_TRUE(cost.applies()) << algorithm_name(algorithm) << ": " << cost.not_applicable;
+
+  // ring and zigzag: the whole shard to one peer; rank 3 -> 4 and 7 -> 0 cross nodes.
+  for (Algorithm ring : {Algorithm::ring, Algorithm::zigzag}) {
+    const Transfer& step = costs.at(ring).step.transfer;
+    EXPECT_EQ(step.bytes, 7168);
+    EXPECT_EQ(step.inter_node_bytes, 7168);
+    EXPECT_EQ(step.messages, 1);
+    EXPECT_DOUBLE_EQ(step.seconds, 5e-6 + 7168 / 10e9);
+  }
+  // hamilton: 7 slots of 1024 bytes, one to every peer; 4 of the peers are on the other node.
+  const Transfer& hamilton = costs.at(Algorithm::hamilton).step.transfer;
+  EXPECT_EQ(hamilton.bytes, 7168);
+  EXPECT_EQ(hamilton.inter_node_bytes, 4 * 1024);
+  EXPECT_EQ(hamilton.messages, 7);
+  EXPECT_DOUBLE_EQ(hamilton.seconds, 4 * 5e-6 + 4 * 1024 / 10e9);
+  EXPECT_EQ(costs.at(Algorithm::hamilton).configuration, "7 slots");
+  // hamilton2 (m = 4, u = 2): 4 slots of 1792 bytes, 3 within the node and 1 across.
+  const Transfer& hamilton2 = costs.at(Algorithm::hamilton2).step.transfer;
+  EXPECT_EQ(hamilton2.bytes, 7168);
+  EXPECT_EQ(hamilton2.inter_node_bytes, 1792);
+  EXPECT_EQ(hamilton2.messages, 4);
+  EXPECT_DOUBLE_EQ(hamilton2.seconds, std::max(3 * 1e-6 + 3 * 1792 / 100e9, 5e-6 + 1792 / 10e9));
+  // ulysses, whole forward: to each of 7 peers 1 head of q, k, v (448 bytes each), then 1 head
+  // of out (448) and its lse (56 tokens * 4 bytes).
+  const Transfer& ulysses = costs.at(Algorithm::ulysses).step.transfer;
+  EXPECT_EQ(ulysses.bytes, 7 * (3 * 448) + 7 * (448 + 224));
+  EXPECT_EQ(ulysses.inter_node_bytes, 4 * (3 * 448) + 4 * (448 + 224));
+  EXPECT_EQ(ulysses.messages, 7 * 3 + 7 * 2);
+  EXPECT_EQ(costs.at(Algorithm::ulysses).step.what, "whole pass");
+  // allgather, whole forward: the shard's k and v to each of 7 peers.
+  const Transfer& allgather = costs.at(Algorithm::allgather).step.transfer;
+  EXPECT_EQ(allgather.bytes, 7 * 7168);
+  EXPECT_EQ(allgather.messages, 14);
+  // usp: Ulysses degree 4 (the largest divisor of 8 within a node of 4), a ring of 2 groups:
+  // 2 * 224 tokens * 2 heads * 4 dims * 2 bytes, as much as the ring's step.
+  const StrategyCost& usp = costs.at(Algorithm::usp);
+  EXPECT_EQ(usp.configuration, "Ulysses 4 x ring 2");
+  EXPECT_EQ(usp.step.transfer.bytes, 7168);
+  EXPECT_EQ(usp.step.transfer.inter_node_bytes, 7168);
+  EXPECT_EQ(usp.step.transfer.messages, 1);
+}
+
+TEST(CostModel, StepsAndTotalsFollowTheRotation) {
+  Cluster cluster = small_cluster();
+  cluster.nodes = 1;
+  cluster.ranks_per_node = 8;
+  const StrategyCost ring = cost_of(Algorithm::ring, cluster, small_shape(), 8);
+  // A full 56 x 56 block of 8 heads and 4 dims: 4 * 8 * 56 * 56 * 4 FLOP at 1 TFLOP/s.
+  const double compute = 4.0 * 8 * 56 * 56 * 4 / 1e12;
+  const double transfer = 1e-6 + 7168 / 100e9;
+  ASSERT_EQ(ring.forward.size(), 2u);
+  EXPECT_EQ(ring.forward[0].count, 7);
+  EXPECT_DOUBLE_EQ(ring.forward[0].compute_seconds, compute);
+  EXPECT_EQ(ring.forward[1].what, "none");
+  EXPECT_DOUBLE_EQ(ring.forward_seconds, 7 * std::max(compute, transfer) + compute);
+  // Backward: K,V; 6 x (K,V + dK,dV in fp32); dK,dV; the last hop to the owners.
+  const double gradient_transfer = 1e-6 + 14336 / 100e9;
+  const double both_transfer = 2e-6 + (7168 + 14336) / 100e9;
+  ASSERT_EQ(ring.backward.size(), 4u);
+  EXPECT_EQ(ring.backward[1].what, "K,V + dK,dV");
+  EXPECT_EQ(ring.backward[1].count, 6);
+  EXPECT_EQ(ring.backward[1].transfer.bytes, 7168 + 14336);
+  EXPECT_EQ(ring.backward[1].transfer.messages, 2);
+  EXPECT_EQ(ring.backward[3].what, "dK,dV to owner");
+  const double backward = std::max(2.5 * compute, transfer) + 6 * std::max(2.5 * compute, both_transfer) +
+                          std::max(2.5 * compute, gradient_transfer) + gradient_transfer;
+  EXPECT_DOUBLE_EQ(ring.forward_backward_seconds, ring.forward_seconds + backward);
+}
+
+TEST(CostModel, CausalZigzagHalvesEveryStepWhileTheRingWaitsForItsLastRank) {
+  const Cluster cluster = cluster_preset("nvswitch");
+  const AttentionShape shape = llm_shape(8192, 8);
+  const StrategyCost ring = cost_of(Algorithm::ring, cluster, shape, 8, true);
+  const StrategyCost zigzag = cost_of(Algorithm::zigzag, cluster, shape, 8, true);
+  const StrategyCost full = cost_of(Algorithm::ring, cluster, shape, 8, false);
+  EXPECT_DOUBLE_EQ(zigzag.step.compute_seconds, full.step.compute_seconds / 2);
+  EXPECT_DOUBLE_EQ(ring.step.compute_seconds, full.step.compute_seconds);
+  EXPECT_DOUBLE_EQ(ring.forward[0].compute_seconds, full.step.compute_seconds / 2);  // its own block
+  EXPECT_LT(zigzag.forward_seconds, ring.forward_seconds);
+}
+
+TEST(CostModel, SwitchLimitsEgressWhileAFullMeshRunsLinksInParallel) {
+  Cluster cluster = small_cluster();
+  cluster.nodes = 1;
+  StepTraffic traffic{{{0, 1000, 3000, 0}, {0, 0, 0, 0}, {0, 0, 0, 0}, {0, 0, 0, 0}},
+                      {{0, 1, 2, 0}, {0, 0, 0, 0}, {0, 0, 0, 0}, {0, 0, 0, 0}}};
+  const Transfer switched = step_transfer(cluster, traffic);
+  EXPECT_EQ(switched.bytes, 4000);
+  EXPECT_EQ(switched.messages, 3);
+  EXPECT_DOUBLE_EQ(switched.seconds, 3e-6 + 4000 / 100e9);
+  cluster.full_mesh = true;
+  EXPECT_DOUBLE_EQ(step_transfer(cluster, traffic).seconds, 3e-6 + 3000 / 100e9);
+  // Across nodes: rank 1 on node 0 sends to rank 5 on node 1; NVLink and NIC run concurrently.
+  cluster = small_cluster();
+  StepTraffic mixed{std::vector<std::vector<int64_t>>(8, std::vector<int64_t>(8, 0)),
+                    std::vector<std::vector<int>>(8, std::vector<int>(8, 0))};
+  mixed.bytes[1][2] = 50000;
+  mixed.messages[1][2] = 1;
+  mixed.bytes[1][5] = 1000;
+  mixed.messages[1][5] = 1;
+  const Transfer across = step_transfer(cluster, mixed);
+  EXPECT_EQ(across.inter_node_bytes, 1000);
+  EXPECT_DOUBLE_EQ(across.seconds, std::max(1e-6 + 50000 / 100e9, 5e-6 + 1000 / 10e9));
+  EXPECT_THROW(
+      step_transfer(small_cluster(), StepTraffic{std::vector<std::vector<int64_t>>(9, std::vector<int64_t>(9, 0)),
+                                                 std::vector<std::vector<int>>(9, std::vector<int>(9, 0))}),
+      Error);
+}
+
+TEST(CostModel, HamiltonNeverTransfersLongerThanTheRingOnAFullMesh) {
+  const Cluster mesh = cluster_preset("mesh");
+  for (int ranks : {3, 5, 7, 8})
+    for (int64_t tokens : {2 * 7 * 64, 2 * 7 * 1024, 2 * 7 * 8192}) {
+      const AttentionShape shape = llm_shape(tokens * (ranks - 1) / 7, ranks);
+      for (bool causal : {false, true}) {
+        const StrategyCost ring = cost_of(Algorithm::ring, mesh, shape, ranks, causal);
+        const StrategyCost hamilton = cost_of(Algorithm::hamilton, mesh, shape, ranks, causal);
+        ASSERT_TRUE(hamilton.applies()) << hamilton.not_applicable;
+        EXPECT_LE(hamilton.step.transfer.seconds, ring.step.transfer.seconds) << ranks << " ranks, S " << shape.seq;
+      }
+    }
+  // Without latency the transfer is exactly n-1 times shorter.
+  Cluster bandwidth_only = mesh;
+  bandwidth_only.within_node.latency = 0;
+  const AttentionShape shape = llm_shape(2 * 7 * 1024, 8);
+  EXPECT_DOUBLE_EQ(cost_of(Algorithm::hamilton, bandwidth_only, shape, 8).step.transfer.seconds * 7,
+                   cost_of(Algorithm::ring, bandwidth_only, shape, 8).step.transfer.seconds);
+  // On a switch the egress limit leaves only the latency of 7 messages against 1.
+  const Cluster nvswitch = cluster_preset("nvswitch");
+  EXPECT_NEAR(cost_of(Algorithm::hamilton, nvswitch, shape, 8).step.transfer.seconds -
+                  cost_of(Algorithm::ring, nvswitch, shape, 8).step.transfer.seconds,
+              6 * nvswitch.within_node.latency, 1e-12);
+}
+
+TEST(CostModel, RingIsComputeBoundForLongSequencesAndTransferBoundForShortOnes) {
+  const Cluster nvswitch = cluster_preset("nvswitch");
+  const StrategyCost long_ring = cost_of(Algorithm::zigzag, nvswitch, llm_shape(65536, 8), 8, true);
+  EXPECT_GT(long_ring.step.compute_seconds, long_ring.step.transfer.seconds);
+  EXPECT_DOUBLE_EQ(long_ring.step.seconds(), long_ring.step.compute_seconds);
+  const StrategyCost short_ring = cost_of(Algorithm::zigzag, nvswitch, llm_shape(1024, 8), 8, true);
+  EXPECT_LT(short_ring.step.compute_seconds, short_ring.step.transfer.seconds);
+  EXPECT_DOUBLE_EQ(short_ring.step.seconds(), short_ring.step.transfer.seconds);
+}
+
+TEST(CostModel, TwoLevelSendsOneMthOfTheRingsBytesAcrossNodes) {
+  const Cluster two_node = cluster_preset("two-node");
+  const AttentionShape shape = llm_shape(8192, 16);
+  const StrategyCost ring = cost_of(Algorithm::ring, two_node, shape, 16, true);
+  const StrategyCost hamilton2 = cost_of(Algorithm::hamilton2, two_node, shape, 16, true, StrategyOptions{2, 0});
+  ASSERT_TRUE(hamilton2.applies()) << hamilton2.not_applicable;
+  EXPECT_EQ(hamilton2.configuration, "8 slots, m = 8 ranks x u = 2 nodes");
+  EXPECT_EQ(hamilton2.step.transfer.inter_node_bytes * 8, ring.step.transfer.inter_node_bytes);
+  EXPECT_EQ(hamilton2.step.transfer.bytes, ring.step.transfer.bytes);
+  EXPECT_LT(hamilton2.step.transfer.seconds, ring.step.transfer.seconds);
+  // Four nodes of four: m = 4.
+  Cluster four_nodes = two_node;
+  four_nodes.nodes = 4;
+  four_nodes.ranks_per_node = 4;
+  const StrategyCost ring4 = cost_of(Algorithm::ring, four_nodes, shape, 16);
+  const StrategyCost hamilton2_4 = cost_of(Algorithm::hamilton2, four_nodes, shape, 16, false, StrategyOptions{4, 0});
+  EXPECT_EQ(hamilton2_4.step.transfer.inter_node_bytes * 4, ring4.step.transfer.inter_node_bytes);
+}
+
+TEST(CostModel, StrategiesThatCannotRunSayWhy) {
+  const Cluster nvswitch = cluster_preset("nvswitch");
+  for (int ranks : {4, 6}) {
+    const StrategyCost hamilton = cost_of(Algorithm::hamilton, nvswitch, llm_shape(8192, ranks), ranks);
+    EXPECT_FALSE(hamilton.applies());
+    EXPECT_EQ(hamilton.not_applicable, hamiltonian_decomposition_error(ranks));
+    EXPECT_TRUE(hamilton.forward.empty());
+  }
+  // 8k tokens on 8 ranks: S = 65536 has no factor 7.
+  EXPECT_EQ(cost_of(Algorithm::hamilton, nvswitch, llm_shape(8192, 8), 8, true).not_applicable,
+            "S (65536) must be a multiple of 2*N*(N-1) = 112 (nearest: 65520 or 65632)");
+  EXPECT_EQ(cost_of(Algorithm::hamilton, nvswitch, llm_shape(8192, 8), 8, false).not_applicable,
+            "S (65536) must be a multiple of N*(N-1) = 56 (nearest: 65520 or 65576)");
+  AttentionShape odd = llm_shape(8192, 8);
+  odd.seq = 8;
+  EXPECT_EQ(cost_of(Algorithm::zigzag, nvswitch, odd, 8).not_applicable,
+            "S (8) must be a multiple of 2*N = 16 (nearest: 16)");
+  EXPECT_TRUE(cost_of(Algorithm::ring, nvswitch, odd, 8).applies());
+  // hamilton2: nodes must divide the ranks, and one node has no two-level scheme.
+  EXPECT_THAT(
+      cost_of(Algorithm::hamilton2, nvswitch, llm_shape(8192, 8), 8, false, StrategyOptions{3, 0}).not_applicable,
+      HasSubstr("ranks (8) to be a multiple of the nodes (3)"));
+  EXPECT_EQ(cost_of(Algorithm::hamilton2, nvswitch, llm_shape(8192, 8), 8).not_applicable, two_level_error(8, 1));
+  // Heads: Ulysses needs whole heads per rank; usp's degree must divide the ranks.
+  AttentionShape gqa = llm_shape(8192, 16);
+  gqa.kv_heads = 8;
+  const Cluster two_node = cluster_preset("two-node");
+  EXPECT_EQ(cost_of(Algorithm::ulysses, two_node, gqa, 16).not_applicable,
+            "kv_heads (8) must be a multiple of the ranks (16): every rank gets whole heads");
+  EXPECT_TRUE(cost_of(Algorithm::usp, two_node, gqa, 16).applies());
+  EXPECT_THAT(cost_of(Algorithm::usp, two_node, gqa, 16, false, StrategyOptions{1, 3}).not_applicable,
+              HasSubstr("Ulysses degree (3) must divide the ranks (16)"));
+  EXPECT_THAT(cost_of(Algorithm::usp, two_node, gqa, 16, false, StrategyOptions{1, 16}).not_applicable,
+              HasSubstr("kv_heads (8) must be a multiple of the Ulysses degree (16)"));
+  // Invalid input throws rather than reporting n/a.
+  EXPECT_THROW(cost_of(Algorithm::ring, nvswitch, llm_shape(8192, 16), 16), Error);
+  EXPECT_THROW(cost_of(Algorithm::ring, nvswitch, llm_shape(8192, 1), 1), Error);
+  AttentionShape bad_heads = llm_shape(8192, 8);
+  bad_heads.kv_heads = 5;
+  EXPECT_THROW(cost_of(Algorithm::ring, nvswitch, bad_heads, 8), Error);
+}
+
+TEST(CostModel, UspTradesUlyssesAllToAllsForLongerRingSteps) {
+  const Cluster two_node = cluster_preset("two-node");
+  const AttentionShape shape = llm_shape(8192, 16);
+  const StrategyCost zigzag = cost_of(Algorithm::zigzag, two_node, shape, 16, true);
+  const StrategyCost usp = cost_of(Algorithm::usp, two_node, shape, 16, true, StrategyOptions{1, 8});
+  EXPECT_EQ(usp.configuration, "Ulysses 8 x ring 2");
+  EXPECT_EQ(usp.step.transfer.bytes, zigzag.step.transfer.bytes);
+  EXPECT_DOUBLE_EQ(usp.step.compute_seconds, 8 * zigzag.step.compute_seconds);
+  EXPECT_EQ(usp.forward.front().what, "all-to-all q,k,v");
+  EXPECT_EQ(usp.forward.front().transfer.inter_node_bytes, 0);
+  EXPECT_EQ(usp.forward.back().what, "all-to-all out,lse");
+  // The whole sequence's attention work is the same for every strategy.
+  const auto attention_seconds = [](const StrategyCost& cost) {
+    double seconds = 0;
+    for (const StepCost& step : cost.forward) seconds += step.count * step.compute_seconds;
+    return seconds;
+  };
+  const StrategyCost ulysses = cost_of(Algorithm::ulysses, two_node, shape, 16, true);
+  EXPECT_DOUBLE_EQ(attention_seconds(usp), attention_seconds(zigzag));
+  EXPECT_DOUBLE_EQ(attention_seconds(ulysses), attention_seconds(zigzag));
+}
+
+TEST(CostModel, TimesGrowWithTheSequence) {
+  const Cluster two_node = cluster_preset("two-node");
+  for (Algorithm algorithm : all_algorithms())
+    for (bool causal : {false, true}) {
+      double previous_forward = 0;
+      double previous_total = 0;
+      for (int64_t multiple = 1; multiple <= 64; multiple *= 2) {
+        AttentionShape shape = llm_shape(1, 16);
+        shape.seq = 2 * 16 * 15 * 8 * multiple;
+        const StrategyCost cost = cost_of(algorithm, two_node, shape, 16, causal, StrategyOptions{2, 0});
+        ASSERT_TRUE(cost.applies()) << algorithm_name(algorithm) << ": " << cost.not_applicable;
+        EXPECT_GT(cost.forward_seconds, previous_forward) << algorithm_name(algorithm) << " S " << shape.seq;
+        EXPECT_GT(cost.forward_backward_seconds, previous_total) << algorithm_name(algorithm) << " S " << shape.seq;
+        EXPECT_GT(cost.forward_backward_seconds, cost.forward_seconds);
+        previous_forward = cost.forward_seconds;
+        previous_total = cost.forward_backward_seconds;
+      }
+    }
+}
+
+TEST(CostModel, PresetsAndComparisonOrder) {
+  EXPECT_EQ(cluster_preset_names(), (std::vector<std::string>{"nvswitch", "two-node", "mesh"}));
+  const Cluster two_node = cluster_preset("two-node");
+  EXPECT_EQ(two_node.nodes * two_node.ranks_per_node, 16);
+  EXPECT_DOUBLE_EQ(two_node.across_nodes.bandwidth, 50e9);
+  EXPECT_DOUBLE_EQ(two_node.kernel_flops, 500e12);
+  EXPECT_FALSE(cluster_preset("nvswitch").full_mesh);
+  EXPECT_TRUE(cluster_preset("mesh").full_mesh);
+  try {
+    cluster_preset("torus");
+    ADD_FAILURE() << "no Error";
+  } catch (const Error& error) {
+    EXPECT_THAT(error.what(), HasSubstr("unknown cluster preset 'torus'; allowed: nvswitch, two-node, mesh"));
+  }
+  const std::vector<StrategyCost> costs = compare_strategies(two_node, llm_shape(8192, 16), 16, true);
+  ASSERT_EQ(costs.size(), all_algorithms().size());
+  for (std::size_t i = 0; i < costs.size(); ++i) EXPECT_EQ(costs[i].algorithm, all_algorithms()[i]);
+}
+
+TEST(CostModel, RotationCyclesOfEachAlgorithm) {
+  EXPECT_EQ(rotation_cycles(Algorithm::ring, 5, 1), ring_cycles(5));
+  EXPECT_EQ(rotation_cycles(Algorithm::zigzag, 5, 1), ring_cycles(5));
+  EXPECT_EQ(rotation_cycles(Algorithm::hamilton, 8, 1), hamiltonian_decomposition(8));
+  EXPECT_EQ(rotation_cycles(Algorithm::hamilton2, 8, 2), two_level_cycles(4, 2));
+  EXPECT_THAT(rotation_cycles_error(Algorithm::ulysses, 8, 1), HasSubstr("'ulysses' does not rotate along cycles"));
+  EXPECT_THROW(rotation_cycles(Algorithm::hamilton, 6, 1), Error);
+  // One slot per cycle, each to the next rank of its cycle.
+  const StepTraffic traffic = rotation_traffic(CycleSchedule(hamiltonian_decomposition(5), 5), 10);
+  for (int from = 0; from < 5; ++from)
+    for (int to = 0; to < 5; ++to) {
+      EXPECT_EQ(traffic.bytes[from][to], from == to ? 0 : 10);
+      EXPECT_EQ(traffic.messages[from][to], from == to ? 0 : 1);
+    }
+}
+
+}  // namespace
+}  // namespace spattn

@@ -1,0 +1,220 @@
+// Ulysses attention at the rank count of this run: forward and backward against the fp64
+// reference with the 2x criterion for out, lse, dq, dk and dv, over head counts chosen per rank
+// count so that every GQA pattern of the head split occurs; and its refusals of head counts and
+// lengths that do not split.
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <utility>
+
+#include "accuracy_report.hpp"
+#include "distributed_world.hpp"
+#include "host_tensor.hpp"
+#include "spattn/error.hpp"
+#include "spattn/reference_attention.hpp"
+#include "spattn/ulysses_attention.hpp"
+#include "strategy_runner.hpp"
+
+namespace spattn {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct MaskCase {
+  const char* name;
+  AttentionOptions options;
+};
+
+const MaskCase kMasks[] = {
+    {"none", AttentionOptions{false, -1, -1}},
+    {"causal", AttentionOptions{true, -1, -1}},
+    {"window_9_4", AttentionOptions{false, 9, 4}},
+};
+
+// Query and kv head counts as functions of the rank count N; H is a multiple of N.
+struct HeadCase {
+  const char* name;
+  int64_t heads_per_rank;     // H / N
+  int64_t kv_heads_per_rank;  // HK = this x N, when fixed_kv_heads is 0
+  int64_t fixed_kv_heads;     // HK whatever N is, when not 0
+  int64_t kv_heads(int ranks) const { return fixed_kv_heads ? fixed_kv_heads : kv_heads_per_rank * ranks; }
+};
+
+const HeadCase kHeadCases[] = {
+    // HK = H: one kv head per query head.
+    {"mha", 2, 2, 0},
+    // HK % N == 0: every rank reads its own kv heads.
+    {"kv_heads_split_evenly", 2, 1, 0},
+    // H = N, HK = 1: every rank reads the one kv head; its gradient is summed over all ranks.
+    {"one_kv_head", 1, 0, 1},
+    // HK = 2: at 4 and 8 ranks HK < N (each kv head goes to N/2 ranks); at 3 ranks (H = 6, group
+    // of 3, 2 heads per rank) rank 1's query heads straddle both kv heads.
+    {"two_kv_heads", 2, 0, 2},
+    // HK = 3: at 2 ranks (H = 6) neither H/N nor HK divides the other; at 4 and 8 ranks groups of
+    // 4 and 8 query heads straddle ranks of 3 heads.
+    {"three_kv_heads", 3, 0, 3},
+};
+
+// Runs ulysses on `problem` over every rank; rank 0 compares the gathered outputs with the fp64
+// reference and a single-rank run, and every rank learns its verdict.
+void expect_accurate(const AttentionProblem& problem) {
+  const StrategyRun distributed = run_strategy(world(), Algorithm::ulysses, problem, 0, 1, false);
+  std::string failures;
+  if (world().rank() == 0) {
+    const AttentionOutputs single = run_single_device(problem);
+    const ReferenceResult reference = reference_attention(problem.q.view(), problem.k.view(), problem.v.view(),
+                                                          problem.dout.view(), problem.options);
+    const std::vector<OutputError> errors = compare_with_reference(distributed.outputs, single, reference);
+    if (errors.size() != 5) failures = "expected 5 outputs to compare, got " + std::to_string(errors.size());
+    for (const OutputError& error : errors) {
+      if (error.pass) continue;
+      std::ostringstream text;
+      text << error.name << " at " << world().size() << " ranks: distributed error " << error.distributed
+           << " > bound " << error.bound << " (single-rank error " << error.single_rank << "); ";
+      failures += text.str();
+    }
+  }
+  std::string verdict;
+  try {
+    agree_on_call(world(), failures, {});
+  } catch (const Error& error) {
+    verdict = error.what();
+  }
+  EXPECT_EQ(verdict, "");
+}
+
+using AccuracyCase = std::tuple<int /*head case*/, int /*mask index*/, DType>;
+
+class UlyssesAccuracy : public ::testing::TestWithParam<AccuracyCase> {};
+
+TEST_P(UlyssesAccuracy, MatchesReferenceForwardAndBackward) {
+  const auto [head_case_index, mask_index, dtype] = GetParam();
+  const HeadCase& heads = kHeadCases[head_case_index];
+  const int ranks = world().size();
+  // 13 tokens per rank: odd, and not a multiple of any kernel tile.
+  const AttentionShape shape{1, ranks * 13, heads.heads_per_rank * ranks, heads.kv_heads(ranks), 32, dtype};
+  const uint64_t seed = 2000 + static_cast<uint64_t>(head_case_index) * 100 + static_cast<uint64_t>(mask_index) * 10 +
+                        static_cast<uint64_t>(dtype);
+  expect_accurate(random_problem(shape, kMasks[mask_index].options, seed, /*backward=*/true));
+}
+
+std::string case_name(const ::testing::TestParamInfo<AccuracyCase>& info) {
+  const auto [head_case_index, mask_index, dtype] = info.param;
+  return std::string(kHeadCases[head_case_index].name) + "_" + kMasks[mask_index].name + "_" + dtype_name(dtype);
+}
+
+INSTANTIATE_TEST_SUITE_P(HeadSplits, UlyssesAccuracy,
+                         ::testing::Combine(::testing::Range(0, 5), ::testing::Range(0, 3),
+                                            ::testing::Values(DType::f32, DType::bf16)),
+                         case_name);
+
+// A sequence longer than a kernel query tile (128 rows) attended at once, head dim 128, batch 2;
+// 264 is a multiple of every tested rank count.
+TEST(UlyssesLongSequence, CausalMqaHeadDim128) {
+  const int ranks = world().size();
+  const AttentionShape shape{2, 264, ranks, 1, 128, DType::bf16};
+  expect_accurate(random_problem(shape, AttentionOptions{true, -1, -1}, 43, /*backward=*/true));
+}
+
+// A plan reused across calls gives the same result as the first call (workspace reuse).
+TEST(UlyssesPlan, RepeatedCallsAreIdentical) {
+  const int ranks = world().size();
+  const AttentionShape shape{1, ranks * 8, 3 * ranks, 3, 16, DType::bf16};
+  const AttentionProblem problem = random_problem(shape, AttentionOptions{true, -1, -1}, 78, true);
+  const StrategyRun once = run_strategy(world(), Algorithm::ulysses, problem, 0, 1, false);
+  const StrategyRun thrice = run_strategy(world(), Algorithm::ulysses, problem, 1, 2, false);
+  for (const auto& [first, later] : {std::pair{&once.outputs.out, &thrice.outputs.out},
+                                     std::pair{&once.outputs.lse, &thrice.outputs.lse},
+                                     std::pair{&once.outputs.dq, &thrice.outputs.dq},
+                                     std::pair{&once.outputs.dk, &thrice.outputs.dk},
+                                     std::pair{&once.outputs.dv, &thrice.outputs.dv}})
+    for (int64_t i = 0; i < first->view().numel(); ++i) ASSERT_EQ(first->at(i), later->at(i)) << "element " << i;
+}
+
+// Profiles add up: compute and waiting never exceed the total; one entry per phase.
+TEST(UlyssesPlan, ProfileIsConsistent) {
+  const int ranks = world().size();
+  const AttentionShape shape{1, ranks * 16, 2 * ranks, 2, 32, DType::f32};
+  const AttentionProblem problem = random_problem(shape, {}, 6, true);
+  const StrategyRun run = run_strategy(world(), Algorithm::ulysses, problem, 0, 1, true);
+  for (const Profile* profile : {&run.forward, &run.backward}) {
+    EXPECT_GT(profile->total_ms, 0);
+    EXPECT_GT(profile->compute_ms, 0);
+    EXPECT_LE(profile->compute_ms + profile->comm_wait_ms, profile->total_ms * 1.01 + 0.01);
+    ASSERT_EQ(profile->steps.size(), 3u);
+    double steps_compute = 0, steps_wait = 0;
+    for (const StepTiming& step : profile->steps) {
+      steps_compute += step.compute_ms;
+      steps_wait += step.comm_wait_ms;
+    }
+    EXPECT_NEAR(steps_compute, profile->compute_ms, 1e-6 + 1e-9 * profile->compute_ms);
+    EXPECT_NEAR(steps_wait, profile->comm_wait_ms, 1e-6 + 1e-9 * profile->comm_wait_ms);
+  }
+}
+
+// The message every rank throws, or "" when the call succeeded.
+template <typename Call>
+std::string error_of(Call&& call) {
+  try {
+    call();
+  } catch (const Error& error) {
+    return error.what();
+  }
+  return "";
+}
+
+// The one-shot calls read the global shape from q and k.
+struct OneShotShard {
+  HostTensor q, k, v, out, lse;
+  OneShotShard(int64_t local_seq, int64_t heads, int64_t kv_heads, int64_t head_dim)
+      : q(DType::f32, {1, local_seq, heads, head_dim}),
+        k(DType::f32, {1, local_seq, kv_heads, head_dim}),
+        v(DType::f32, {1, local_seq, kv_heads, head_dim}),
+        out(DType::f32, {1, local_seq, heads, head_dim}),
+        lse(DType::f32, {1, heads, local_seq}) {
+    q.fill_normal(11);
+    k.fill_normal(12);
+    v.fill_normal(13);
+  }
+  void forward() { ulysses_attention_forward(world(), q.view(), k.view(), v.view(), out.view(), lse.view()); }
+};
+
+TEST(UlyssesBadInput, HeadsNotDivisibleByRanksNamesAlternatives) {
+  const int ranks = world().size();
+  if (ranks < 2) GTEST_SKIP() << "every head count splits over one rank";
+  const int64_t heads = ranks + 1;
+  const std::string expected =
+      "heads (" + std::to_string(heads) + ") must be divisible by ranks (" + std::to_string(ranks) + ")";
+  OneShotShard shard(4, heads, 1, 16);
+  const std::string one_shot_error = error_of([&] { shard.forward(); });
+  EXPECT_THAT(one_shot_error, HasSubstr(expected));
+  EXPECT_THAT(one_shot_error, HasSubstr("use zigzag, ring or usp"));
+  const AttentionShape shape{1, 4 * ranks, heads, 1, 16, DType::f32};
+  EXPECT_THAT(error_of([&] { DistributedAttention plan(world(), Algorithm::ulysses, shape, {}); }),
+              HasSubstr(expected));
+}
+
+TEST(UlyssesBadInput, LengthNotDivisibleNamesNearestLengths) {
+  const int ranks = world().size();
+  if (ranks < 2) GTEST_SKIP() << "every length splits over one rank";
+  const AttentionShape shape{1, 4 * ranks + 1, 2 * ranks, 2, 16, DType::f32};
+  const std::string error =
+      error_of([&] { DistributedAttention plan(world(), Algorithm::ulysses, shape, {}); });
+  EXPECT_THAT(error, HasSubstr("sequence length " + std::to_string(4 * ranks + 1)));
+  EXPECT_THAT(error, HasSubstr("nearest valid lengths: " + std::to_string(4 * ranks) + " or " +
+                                   std::to_string(5 * ranks)));
+}
+
+TEST(UlyssesBadInput, TheWorldStillWorksAfterwards) {
+  OneShotShard shard(4, world().size(), 1, 16);
+  EXPECT_EQ(error_of([&] { shard.forward(); }), "");
+  for (int64_t i = 0; i < shard.out.numel(); ++i) ASSERT_TRUE(std::isfinite(shard.out.at(i))) << "element " << i;
+}
+
+}  // namespace
+}  // namespace spattn
