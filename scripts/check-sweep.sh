@@ -1,18 +1,51 @@
 #!/usr/bin/env bash
-# Runs `spattn run --check --backward` for ring and zigzag, causal and not, at 1 to 8 ranks, and
-# prints one line per run (max errors against the fp64 reference and the verdict). Needs a build
-# (scripts/build.sh). Extra arguments go to every run, e.g. --dtype fp32.
+# Runs `spattn run --check --backward` for every strategy, causal and not, at 1 to 8 ranks, and
+# prints one line per run: the max errors against the fp64 reference (distributed / single
+# device) and the verdict. Needs a build (scripts/build.sh). Extra arguments go to every run,
+# e.g. --dtype fp32. Strategies that do not exist at a rank count (hamilton at 4 and 6 ranks)
+# are listed as such.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-# 1680 = 2 x lcm(1..8): every rank count splits it in both layouts.
-shape=(--seq 1680 --heads 8 --kv-heads 2 --head-dim 64 --dtype bf16)
+
+# The run's shape and strategy options at RANKS ranks: a length near 1700 that splits for the
+# strategy, 8 heads (2N for ulysses, which splits heads over ranks), 2 kv heads.
+run_arguments() {
+  python3 - "$1" "$2" <<'PY'
+import sys
+algo, ranks = sys.argv[1], int(sys.argv[2])
+heads, kv_heads, extra = 8, 2, []
+unit = 2 * ranks
+if algo == "ring":
+    unit = ranks
+elif algo == "hamilton":
+    unit = 2 * ranks * max(1, ranks - 1)
+elif algo == "hamilton2":
+    per_node = max([size for size in range(2, ranks // 2 + 1, 2) if ranks % size == 0], default=1)
+    unit = 2 * ranks * per_node
+    extra = ["--nodes", str(ranks // per_node)]
+elif algo == "ulysses":
+    heads, unit = 2 * ranks, ranks
+elif algo == "usp":
+    inner = max(size for size in (1, 2) if ranks % size == 0)
+    unit = 2 * ranks
+    extra = ["--inner", str(inner)]
+seq = max(unit, round(1700 / unit) * unit)
+print(" ".join(["--seq", str(seq), "--heads", str(heads), "--kv-heads", str(kv_heads)] + extra))
+PY
+}
+
 failed=0
-printf "%-7s %-6s %-6s %-21s %-21s %-21s %-21s %-21s %s\n" algo ranks causal out lse dq dk dv check
-for algo in ring zigzag; do
+printf '%-10s %-6s %-6s %-6s %-21s %-21s %-21s %-21s %-21s %s\n' algo ranks causal seq out lse dq dk dv check
+for algo in ring zigzag ulysses hamilton hamilton2 allgather usp; do
   for causal in no yes; do
     for ranks in 1 2 3 4 5 6 7 8; do
-      flags=("${shape[@]}")
+      if [[ $algo == hamilton && ( $ranks == 4 || $ranks == 6 ) ]]; then
+        printf '%-10s %-6s %-6s no Hamiltonian decomposition exists at %s ranks\n' "$algo" "$ranks" "$causal" "$ranks"
+        continue
+      fi
+      read -r -a shape <<<"$(run_arguments "$algo" "$ranks")"
+      flags=("${shape[@]}" --head-dim 64 --dtype bf16)
       [[ $causal == yes ]] && flags+=(--causal)
       line=$(mpirun --oversubscribe -np "$ranks" "$root/build/spattn" run --algo "$algo" --backward --check --json \
              "${flags[@]}" "$@" | tail -n 1) || failed=1
@@ -22,10 +55,11 @@ algo, ranks, causal, line = sys.argv[1:]
 report = json.loads(line)
 errors = report["max_errors"]
 cells = ["%.2e/%.2e" % (errors[name]["distributed"], errors[name]["single_rank"]) for name in ("out", "lse", "dq", "dk", "dv")]
-print("%-7s %-6s %-6s %s %s" % (algo, ranks, causal, " ".join("%-21s" % c for c in cells), report["check"]))
+print("%-10s %-6s %-6s %-6s %s %s" % (algo, ranks, causal, report["shape"]["seq"],
+                                       " ".join("%-21s" % c for c in cells), report["check"]))
 PY
     done
   done
 done
-echo "cells: distributed / single-rank max |error| against fp64"
+echo "cells: distributed / single-device max |error| against fp64"
 exit $failed

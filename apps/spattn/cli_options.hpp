@@ -24,6 +24,8 @@ struct UsageError : Error {
 struct RunOptions {
   std::string algorithm = "zigzag";  // one of all_algorithms() (spattn/distributed_attention.hpp)
   bool causal = false;
+  int nodes = 1;  // hamilton2: nodes; ranks per node = ranks / nodes
+  int inner = 0;  // usp: Ulysses degree; 0: chosen by the strategy
   int64_t batch = 1;
   int64_t seq = 4096;  // global sequence length, split over the ranks
   int64_t heads = 8;

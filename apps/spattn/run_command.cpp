@@ -138,7 +138,11 @@ int run_command(const RunOptions& given) {
   MpiCommunicator world;
   const AttentionProblem problem = agreed_problem(world, options);
   const Algorithm algorithm = parse_algorithm(options.algorithm);
-  const StrategyRun run = run_strategy(world, algorithm, problem, options.warmup, options.iters, options.profile_steps);
+  StrategyOptions strategy_options;
+  strategy_options.nodes = options.nodes;
+  strategy_options.inner = options.inner;
+  const StrategyRun run =
+      run_strategy(world, algorithm, problem, options.warmup, options.iters, options.profile_steps, strategy_options);
 
   RunReport report;
   report.options = options;

@@ -141,10 +141,24 @@ std::string sequence_multiple_error(int64_t seq, int64_t multiple, const std::st
          std::to_string(multiple) + " (nearest: " + nearest + ")";
 }
 
-std::string heads_multiple_error(const char* heads_name, int64_t heads, int degree, const char* degree_name) {
+std::string heads_multiple_error(int64_t heads, int degree, const char* degree_name) {
   if (heads % degree == 0) return "";
-  return std::string(heads_name) + " (" + std::to_string(heads) + ") must be a multiple of the " + degree_name + " (" +
-         std::to_string(degree) + "): every rank gets whole heads";
+  return "heads (" + std::to_string(heads) + ") must be a multiple of the " + degree_name + " (" +
+         std::to_string(degree) + "): every rank gets whole query heads";
+}
+
+// The kv heads a rank reads when Ulysses gives each of `degree` ranks heads / degree consecutive
+// query heads; a kv head read by several ranks goes to each of them, and every rank's block has
+// room for the most any rank reads (src/strategies/ulysses_attention.cpp).
+int64_t ulysses_kv_heads_per_rank(const AttentionShape& shape, int degree) {
+  const int64_t heads_per_rank = shape.heads / degree;
+  const int64_t group = shape.heads / shape.kv_heads;  // query heads per kv head
+  int64_t most = 0;
+  for (int64_t rank = 0; rank < degree; ++rank) {
+    const int64_t first = rank * heads_per_rank;
+    most = std::max(most, (first + heads_per_rank - 1) / group - first / group + 1);
+  }
+  return most;
 }
 
 // The shape, N and the cluster: what every strategy needs to size its messages and blocks.
@@ -255,8 +269,7 @@ void cost_ulysses(StrategyCost& cost, const Problem& problem) {
   const int ranks = problem.ranks;
   const AttentionShape& shape = problem.shape;
   for (const std::string& reason :
-       {sequence_multiple_error(shape.seq, ranks, "N"), heads_multiple_error("heads", shape.heads, ranks, "ranks"),
-        heads_multiple_error("kv_heads", shape.kv_heads, ranks, "ranks")}) {
+       {sequence_multiple_error(shape.seq, ranks, "N"), heads_multiple_error(shape.heads, ranks, "ranks")}) {
     if (!reason.empty()) {
       cost.not_applicable = reason;
       return;
@@ -267,7 +280,7 @@ void cost_ulysses(StrategyCost& cost, const Problem& problem) {
   const int64_t tokens = problem.tokens_per_rank();
   const int64_t e = problem.element_bytes();
   const int64_t q_part = problem.bytes(tokens, shape.heads / ranks, e);
-  const int64_t kv_part = problem.bytes(tokens, shape.kv_heads / ranks, e);
+  const int64_t kv_part = problem.bytes(tokens, ulysses_kv_heads_per_rank(shape, ranks), e);
   const int64_t lse_part = shape.batch * (shape.heads / ranks) * tokens * kFp32Bytes;
   const double flop = problem.flop(shape.heads / ranks, shape.seq, shape.seq, problem.causal);
 
@@ -306,17 +319,18 @@ void cost_allgather(StrategyCost& cost, const Problem& problem) {
                      group_all_to_all(ranks, ranks, {k_gradient_shard, k_gradient_shard}));
 }
 
-// The largest divisor of `ranks` that divides kv_heads and fits in one node.
+// The largest divisor of `ranks` that divides the query heads and fits in one node.
 int default_ulysses_degree(const Problem& problem) {
   for (int degree = std::min(problem.ranks, problem.cluster.ranks_per_node); degree > 1; --degree)
-    if (problem.ranks % degree == 0 && problem.shape.kv_heads % degree == 0) return degree;
+    if (problem.ranks % degree == 0 && problem.shape.heads % degree == 0) return degree;
   return 1;
 }
 
 // Ulysses inside groups of N1 consecutive ranks, then a zigzag ring over the N2 = N/N1 groups:
 // rank i of group g exchanges with rank i of groups g +- 1 the K,V of the group's S/N2 tokens
-// for its HK/N1 heads, 2*B*(S/N2)*(HK/N1)*D*e = 2*B*(S/N)*HK*D*e bytes per step (as much as a
-// ring of N), against N1 times a ring step's attention (H/N1 heads of S/N2 x S/N2 tokens).
+// for its kv heads (HK/N1 when N1 divides HK), 2*B*(S/N2)*(HK/N1)*D*e = 2*B*(S/N)*HK*D*e bytes
+// per step (as much as a ring of N), against N1 times a ring step's attention (H/N1 heads of
+// S/N2 x S/N2 tokens).
 void cost_usp(StrategyCost& cost, const Problem& problem, const StrategyOptions& options) {
   const int ranks = problem.ranks;
   const AttentionShape& shape = problem.shape;
@@ -326,8 +340,7 @@ void cost_usp(StrategyCost& cost, const Problem& problem, const StrategyOptions&
         "the Ulysses degree (" + std::to_string(inner) + ") must divide the ranks (" + std::to_string(ranks) + ")";
     return;
   }
-  for (const std::string& reason : {heads_multiple_error("heads", shape.heads, inner, "Ulysses degree"),
-                                    heads_multiple_error("kv_heads", shape.kv_heads, inner, "Ulysses degree"),
+  for (const std::string& reason : {heads_multiple_error(shape.heads, inner, "Ulysses degree"),
                                     sequence_multiple_error(shape.seq, 2 * static_cast<int64_t>(ranks), "2*N")}) {
     if (!reason.empty()) {
       cost.not_applicable = reason;
@@ -339,7 +352,7 @@ void cost_usp(StrategyCost& cost, const Problem& problem, const StrategyOptions&
   const int64_t tokens = problem.tokens_per_rank();
   const int64_t group_tokens = shape.seq / groups;
   const int64_t heads = shape.heads / inner;
-  const int64_t kv_heads = shape.kv_heads / inner;
+  const int64_t kv_heads = ulysses_kv_heads_per_rank(shape, inner);
   const int64_t e = problem.element_bytes();
   const int64_t q_part = problem.bytes(tokens, heads, e);
   const int64_t kv_part = problem.bytes(tokens, kv_heads, e);

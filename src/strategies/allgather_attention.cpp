@@ -70,10 +70,10 @@ class AllGatherStrategy final : public Strategy {
     const int heads = static_cast<int>(shape.kv_heads);
     ProfileRecorder recorder(profile, heads);
     std::unique_ptr<PendingTransfer> gather;
-    recorder.compute(0, [&] { gather = start_gather(k, v, 0); });
+    recorder.compute(0, [&] { gather = start_gather(k, v, 0, recorder, 0); });
     for (int kv_head = 0; kv_head < heads; ++kv_head) {
       std::unique_ptr<PendingTransfer> next_gather;
-      if (kv_head + 1 < heads) recorder.compute(kv_head, [&] { next_gather = start_gather(k, v, kv_head + 1); });
+      if (kv_head + 1 < heads) recorder.compute(kv_head, [&] { next_gather = start_gather(k, v, kv_head + 1, recorder, kv_head); });
       recorder.communication(kv_head, [&] { comm.wait(*gather); });
       recorder.compute(kv_head, [&] { forward_head(q, lse, kv_head); });
       gather = std::move(next_gather);
@@ -95,15 +95,16 @@ class AllGatherStrategy final : public Strategy {
     recorder.compute(0, [&] {
       kernels->softmax_delta(out, dout, delta);
       kernels->fill(dq_accumulator, 0.0f);
-      gather = start_gather(k, v, 0);
+      gather = start_gather(k, v, 0, recorder, 0);
     });
     for (int kv_head = 0; kv_head < heads; ++kv_head) {
       std::unique_ptr<PendingTransfer> next_gather;
-      if (kv_head + 1 < heads) recorder.compute(kv_head, [&] { next_gather = start_gather(k, v, kv_head + 1); });
+      if (kv_head + 1 < heads) recorder.compute(kv_head, [&] { next_gather = start_gather(k, v, kv_head + 1, recorder, kv_head); });
       recorder.communication(kv_head, [&] { comm.wait(*gather); });
       recorder.compute(kv_head, [&] { backward_head(q, dout, lse, kv_head); });
       // The previous head's sums must land before its buffers are reused by this head's.
       if (reduction) finish_reduction(recorder, *reduction, kv_head - 1, dk, dv, kv_head);
+      recorder.sent(kv_head, static_cast<double>(2 * head_elements() * sizeof(float)) * (ranks - 1), ranks - 1);
       reduction = comm.start_reduce_scatter_sum(static_cast<const float*>(gradient_gathered[kv_head % 2].data()),
                                                 static_cast<float*>(gradient_reduced[kv_head % 2].data()),
                                                 2 * head_elements());
@@ -166,11 +167,14 @@ class AllGatherStrategy final : public Strategy {
   }
 
   // Packs this rank's kv head `kv_head` and starts gathering every rank's into gathered[kv_head % 2].
-  std::unique_ptr<PendingTransfer> start_gather(const TensorView& k, const TensorView& v, int kv_head) {
+  std::unique_ptr<PendingTransfer> start_gather(const TensorView& k, const TensorView& v, int kv_head,
+                                                ProfileRecorder& recorder, int step) {
     const KvHead mine = kv_head_at(packed[kv_head % 2].data(), shape.dtype);
     kernels->copy(k.slice(2, kv_head, 1), mine.k);
     kernels->copy(v.slice(2, kv_head, 1), mine.v);
-    return comm.start_all_gather(mine.k.data, gathered[kv_head % 2].data(), 2 * head_elements() * dtype_size(shape.dtype));
+    const std::size_t bytes = 2 * head_elements() * dtype_size(shape.dtype);
+    recorder.sent(step, static_cast<double>(bytes) * (ranks - 1), ranks - 1);
+    return comm.start_all_gather(mine.k.data, gathered[kv_head % 2].data(), bytes);
   }
 
   // Query heads that read kv head `kv_head`.

@@ -16,7 +16,7 @@ class ProfileRecorder {
   /// Starts the call's clock; `profile` may be null (then nothing is recorded).
   ProfileRecorder(Profile* profile, int steps) : profile_(profile), call_start_(Clock::now()) {
     if (!profile_) return;
-    *profile_ = Profile{profile_->per_step, 0, 0, 0, {}};
+    *profile_ = Profile{profile_->per_step, 0, 0, 0, 0, 0, {}};
     if (profile_->per_step) profile_->steps.assign(static_cast<std::size_t>(steps), StepTiming{});
   }
 
@@ -30,6 +30,17 @@ class ProfileRecorder {
   template <typename Wait>
   void communication(int step, Wait&& wait) {
     timed(step, &StepTiming::comm_wait_ms, &Profile::comm_wait_ms, std::forward<Wait>(wait));
+  }
+
+  /// Counts a transfer started at `step`: `bytes` of payload in `messages` messages.
+  void sent(int step, double bytes, int messages) {
+    if (!profile_) return;
+    profile_->bytes_sent += bytes;
+    profile_->messages_sent += messages;
+    if (profile_->per_step && step >= 0 && step < static_cast<int>(profile_->steps.size())) {
+      profile_->steps[static_cast<std::size_t>(step)].bytes_sent += bytes;
+      profile_->steps[static_cast<std::size_t>(step)].messages_sent += messages;
+    }
   }
 
   /// Sets the call's total time.

@@ -80,7 +80,7 @@ class RotationStrategy final : public Strategy {
     });
     for (int step = 0; step < ranks; ++step) {
       std::unique_ptr<PendingTransfer> rotation;
-      if (step + 1 < ranks) rotation = start_rotation(rotating_kv[current], rotating_kv[1 - current]);
+      if (step + 1 < ranks) rotation = start_rotation(rotating_kv[current], rotating_kv[1 - current], recorder, step);
       recorder.compute(step, [&] { forward_step(q, rotating_kv[current], step); });
       if (rotation) {
         recorder.communication(step, [&] { comm.wait(*rotation); });
@@ -113,7 +113,7 @@ class RotationStrategy final : public Strategy {
     std::unique_ptr<PendingTransfer> gradient_hop;
     for (int step = 0; step < ranks; ++step) {
       std::unique_ptr<PendingTransfer> rotation;
-      if (step + 1 < ranks) rotation = start_rotation(rotating_kv[current], rotating_kv[1 - current]);
+      if (step + 1 < ranks) rotation = start_rotation(rotating_kv[current], rotating_kv[1 - current], recorder, step);
       const SlotSet& contribution = kv_gradient_contribution[step % 2];
       recorder.compute(step, [&] {
         fill_slots(contribution, 0.0f);
@@ -128,7 +128,7 @@ class RotationStrategy final : public Strategy {
           }
         });
       }
-      if (ranks > 1) gradient_hop = start_rotation(contribution, kv_gradient_received);
+      if (ranks > 1) gradient_hop = start_rotation(contribution, kv_gradient_received, recorder, step);
       if (rotation) {
         recorder.communication(step, [&] { comm.wait(*rotation); });
         current = 1 - current;
@@ -244,7 +244,8 @@ class RotationStrategy final : public Strategy {
 
   // Sends every slot of `outgoing` one hop along its cycle while receiving each slot from its
   // predecessor into `incoming`: one batch, deadlock-free at any rank count.
-  std::unique_ptr<PendingTransfer> start_rotation(const SlotSet& outgoing, const SlotSet& incoming) {
+  std::unique_ptr<PendingTransfer> start_rotation(const SlotSet& outgoing, const SlotSet& incoming,
+                                                  ProfileRecorder& recorder, int step) {
     rotation_batch.sends.clear();
     rotation_batch.receives.clear();
     for (int slot = 0; slot < slots; ++slot) {
@@ -255,6 +256,7 @@ class RotationStrategy final : public Strategy {
       rotation_batch.sends.push_back({outgoing[slot].v.data, bytes, successor});
       rotation_batch.receives.push_back({incoming[slot].k.data, bytes, predecessor});
       rotation_batch.receives.push_back({incoming[slot].v.data, bytes, predecessor});
+      recorder.sent(step, 2.0 * static_cast<double>(bytes), 2);
     }
     return comm.start(rotation_batch);
   }

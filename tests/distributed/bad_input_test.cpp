@@ -115,6 +115,47 @@ TEST(BadInput, PlanRejectsTensorsOfAnotherShape) {
               HasSubstr("q has shape (1, 4, 2, 16) fp32 cpu; expected (1, 8, 2, 16)"));
 }
 
+// The message every rank gets from building a plan of `algorithm` for this shape.
+std::string plan_error(Algorithm algorithm, const AttentionShape& shape, const AttentionOptions& options = {},
+                       const StrategyOptions& strategy_options = {}) {
+  return error_of([&] { DistributedAttention plan(world(), algorithm, shape, options, strategy_options); });
+}
+
+TEST(BadInput, HamiltonAtFourOrSixRanksSaysNoneExistsAndSuggestsOthers) {
+  const int ranks = world().size();
+  const std::string error = plan_error(Algorithm::hamilton, AttentionShape{1, 2 * ranks * 30, 2, 2, 16, DType::f32});
+  if (ranks == 4 || ranks == 6) {
+    EXPECT_THAT(error, HasSubstr("no decomposition"));
+    EXPECT_THAT(error, HasSubstr("ring, zigzag or ulysses"));
+  } else {
+    EXPECT_EQ(error, "");
+  }
+}
+
+TEST(BadInput, HamiltonLengthNotCuttingIntoSlotsNamesNearestLengths) {
+  const int ranks = world().size();
+  if (ranks < 3 || ranks == 4 || ranks == 6) GTEST_SKIP() << "needs a Hamiltonian decomposition with several slots";
+  AttentionOptions causal;
+  causal.causal = true;
+  // 2N tokens split in the zigzag layout but not into N-1 slots per chunk.
+  const std::string error = plan_error(Algorithm::hamilton, AttentionShape{1, 2 * ranks, 2, 2, 16, DType::f32}, causal);
+  EXPECT_THAT(error, HasSubstr("2 x ranks x slots = " + std::to_string(2 * ranks * (ranks - 1))));
+  EXPECT_THAT(error, HasSubstr("nearest valid lengths"));
+}
+
+TEST(BadInput, TwoLevelNodesMustDivideTheRanks) {
+  const int ranks = world().size();
+  StrategyOptions three_nodes;
+  three_nodes.nodes = 3;
+  const std::string error =
+      plan_error(Algorithm::hamilton2, AttentionShape{1, 2 * ranks * 12, 2, 2, 16, DType::f32}, {}, three_nodes);
+  if (ranks % 3 == 0) {
+    EXPECT_EQ(error, "");
+  } else {
+    EXPECT_THAT(error, HasSubstr("hamilton2 needs the ranks (" + std::to_string(ranks) + ") to be a multiple of the nodes (3)"));
+  }
+}
+
 TEST(BadInput, TheWorldStillWorksAfterwards) {
   // After every refusal above the ranks are still in step: a valid call succeeds.
   Shard shard(4, 2, 2, 16);

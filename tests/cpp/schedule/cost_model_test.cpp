@@ -260,19 +260,38 @@ TEST(CostModel, StrategiesThatCannotRunSayWhy) {
   AttentionShape gqa = llm_shape(8192, 16);
   gqa.kv_heads = 8;
   const Cluster two_node = cluster_preset("two-node");
-  EXPECT_EQ(cost_of(Algorithm::ulysses, two_node, gqa, 16).not_applicable,
-            "kv_heads (8) must be a multiple of the ranks (16): every rank gets whole heads");
+  EXPECT_TRUE(cost_of(Algorithm::ulysses, two_node, gqa, 16).applies());
+  AttentionShape few_heads = gqa;
+  few_heads.heads = 24;
+  EXPECT_EQ(cost_of(Algorithm::ulysses, two_node, few_heads, 16).not_applicable,
+            "heads (24) must be a multiple of the ranks (16): every rank gets whole query heads");
   EXPECT_TRUE(cost_of(Algorithm::usp, two_node, gqa, 16).applies());
   EXPECT_THAT(cost_of(Algorithm::usp, two_node, gqa, 16, false, StrategyOptions{1, 3}).not_applicable,
               HasSubstr("Ulysses degree (3) must divide the ranks (16)"));
-  EXPECT_THAT(cost_of(Algorithm::usp, two_node, gqa, 16, false, StrategyOptions{1, 16}).not_applicable,
-              HasSubstr("kv_heads (8) must be a multiple of the Ulysses degree (16)"));
+  EXPECT_THAT(cost_of(Algorithm::usp, two_node, few_heads, 16, false, StrategyOptions{1, 16}).not_applicable,
+              HasSubstr("heads (24) must be a multiple of the Ulysses degree (16)"));
   // Invalid input throws rather than reporting n/a.
   EXPECT_THROW(cost_of(Algorithm::ring, nvswitch, llm_shape(8192, 16), 16), Error);
   EXPECT_THROW(cost_of(Algorithm::ring, nvswitch, llm_shape(8192, 1), 1), Error);
   AttentionShape bad_heads = llm_shape(8192, 8);
   bad_heads.kv_heads = 5;
   EXPECT_THROW(cost_of(Algorithm::ring, nvswitch, bad_heads, 8), Error);
+}
+
+// Ulysses gives a rank the kv heads its query heads read: with 12 heads over 3 kv heads on 4
+// ranks, ranks 1 and 2 read two kv heads each, so every block holds two.
+TEST(CostModel, UlyssesReplicatesTheKvHeadsSeveralRanksRead) {
+  Cluster cluster = small_cluster();
+  cluster.nodes = 1;
+  AttentionShape shape = small_shape();
+  shape.seq = 16;
+  shape.heads = 12;
+  shape.kv_heads = 3;
+  const StrategyCost ulysses = cost_of(Algorithm::ulysses, cluster, shape, 4);
+  ASSERT_TRUE(ulysses.applies()) << ulysses.not_applicable;
+  // Per peer: q 4 tokens * 3 heads * 4 dims * 2 bytes = 96, k and v 4 * 2 * 4 * 2 = 64 each, then
+  // out 96 and lse 3 heads * 4 tokens * 4 bytes = 48.
+  EXPECT_EQ(ulysses.step.transfer.bytes, 3 * (96 + 64 + 64) + 3 * (96 + 48));
 }
 
 TEST(CostModel, UspTradesUlyssesAllToAllsForLongerRingSteps) {
