@@ -27,10 +27,14 @@ void add_profile(Profile& sum, const Profile& one) {
   sum.total_ms += one.total_ms;
   sum.comm_wait_ms += one.comm_wait_ms;
   sum.compute_ms += one.compute_ms;
+  sum.bytes_sent += one.bytes_sent;
+  sum.messages_sent += one.messages_sent;
   if (sum.steps.size() < one.steps.size()) sum.steps.resize(one.steps.size());
   for (std::size_t step = 0; step < one.steps.size(); ++step) {
     sum.steps[step].compute_ms += one.steps[step].compute_ms;
     sum.steps[step].comm_wait_ms += one.steps[step].comm_wait_ms;
+    sum.steps[step].bytes_sent += one.steps[step].bytes_sent;
+    sum.steps[step].messages_sent += one.steps[step].messages_sent;
   }
 }
 
@@ -39,9 +43,13 @@ void divide_profile(Profile& profile, int count) {
   profile.total_ms /= count;
   profile.comm_wait_ms /= count;
   profile.compute_ms /= count;
+  profile.bytes_sent /= count;
+  profile.messages_sent /= count;  // every iteration sends the same messages
   for (StepTiming& step : profile.steps) {
     step.compute_ms /= count;
     step.comm_wait_ms /= count;
+    step.bytes_sent /= count;
+    step.messages_sent /= count;
   }
 }
 

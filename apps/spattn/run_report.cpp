@@ -60,18 +60,22 @@ void timing_rows(std::ostringstream& text, const char* pass, const PassTiming& t
   const Profile& profile = timing.profile;
   table_row(text,
             {pass, number(profile.total_ms), number(profile.compute_ms), number(profile.comm_wait_ms),
-             number(timing.tflops, 4)},
+             number(timing.tflops, 4), number(profile.bytes_sent / (1 << 20), 2), std::to_string(profile.messages_sent)},
             widths);
 }
 
 void step_rows(std::ostringstream& text, const char* pass, const Profile& profile) {
   if (profile.steps.empty()) return;
   text << "\n" << pass << " per step (rank 0)\n";
-  const std::vector<int> widths = {8, 14, 14};
-  table_row(text, {"step", "compute ms", "comm wait ms"}, widths);
-  for (std::size_t step = 0; step < profile.steps.size(); ++step)
-    table_row(text, {std::to_string(step), number(profile.steps[step].compute_ms), number(profile.steps[step].comm_wait_ms)},
+  const std::vector<int> widths = {8, 14, 14, 12, 10};
+  table_row(text, {"step", "compute ms", "comm wait ms", "sent MiB", "messages"}, widths);
+  for (std::size_t step = 0; step < profile.steps.size(); ++step) {
+    const StepTiming& timing = profile.steps[step];
+    table_row(text,
+              {std::to_string(step), number(timing.compute_ms), number(timing.comm_wait_ms),
+               number(timing.bytes_sent / (1 << 20), 2), std::to_string(timing.messages_sent)},
               widths);
+  }
 }
 
 }  // namespace
@@ -86,9 +90,9 @@ std::string format_table(const RunReport& report) {
        << "  S/rank=" << o.seq / report.ranks << "\n"
        << "  " << (o.inputs_dir.empty() ? "random inputs, seed " + std::to_string(o.seed) : "inputs from " + o.inputs_dir)
        << ", mean of " << o.iters << " timed iteration" << (o.iters == 1 ? "" : "s") << " after " << o.warmup
-       << " warm-up; times are the slowest rank's\n\n";
-  const std::vector<int> widths = {12, 12, 14, 14, 10};
-  table_row(text, {"pass", "total ms", "compute ms", "comm wait ms", "TFLOP/s"}, widths);
+       << " warm-up; times are the slowest rank's, bytes this rank's\n\n";
+  const std::vector<int> widths = {12, 12, 14, 14, 10, 12, 10};
+  table_row(text, {"pass", "total ms", "compute ms", "comm wait ms", "TFLOP/s", "sent MiB", "messages"}, widths);
   timing_rows(text, "forward", report.forward, widths);
   if (report.backward) timing_rows(text, "backward", *report.backward, widths);
   step_rows(text, "forward", report.forward.profile);
@@ -113,7 +117,8 @@ std::string format_json(const RunReport& report) {
   auto pass_json = [&](const PassTiming& timing) {
     json << "{\"total\": " << json_number(timing.profile.total_ms) << ", \"comm\": "
          << json_number(timing.profile.comm_wait_ms) << ", \"compute\": " << json_number(timing.profile.compute_ms)
-         << "}";
+         << ", \"bytes_sent\": " << json_number(timing.profile.bytes_sent)
+         << ", \"messages_sent\": " << timing.profile.messages_sent << "}";
   };
   json << "{\"algo\": \"" << o.algorithm << "\", \"ranks\": " << report.ranks
        << ", \"threads_per_rank\": " << report.threads_per_rank << ", \"device\": \"cpu\""

@@ -46,6 +46,7 @@ std::unique_ptr<Strategy> make_strategy(Communicator& communicator, Algorithm al
     case Algorithm::hamilton: return make_hamilton_strategy(communicator, shape, options, "");
     case Algorithm::hamilton2:
       return make_two_level_hamilton_strategy(communicator, strategy_options.nodes, shape, options, "");
+    case Algorithm::usp: return make_usp_strategy(communicator, strategy_options.inner, shape, options, "");
     default: break;
   }
   // Every rank reaches this point with the same algorithm, so refusing here cannot leave a peer

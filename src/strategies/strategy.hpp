@@ -44,4 +44,9 @@ std::unique_ptr<Strategy> make_two_level_hamilton_strategy(Communicator& communi
 std::unique_ptr<Strategy> make_allgather_strategy(Communicator& communicator, const AttentionShape& shape,
                                                   const AttentionOptions& options, const std::string& caller_error);
 
+/// USP: Ulysses inside groups of `inner` consecutive ranks (0 chooses the largest degree that
+/// divides ranks, heads and kv heads) x zigzag ring across the groups.
+std::unique_ptr<Strategy> make_usp_strategy(Communicator& communicator, int inner, const AttentionShape& shape,
+                                            const AttentionOptions& options, const std::string& caller_error);
+
 }  // namespace spattn

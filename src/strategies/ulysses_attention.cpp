@@ -3,12 +3,18 @@
 // locally over the whole sequence, and an all-to-all turns the results back into sequence shards.
 // Backward moves its inputs the same way and sends the gradients back, summing the gradients of
 // kv heads that several ranks read.
+//
+// USP is the same code inside groups of N1 consecutive ranks: the all-to-all runs within a group,
+// whose "whole sequence" is its S / N2 tokens of the zigzag layout over the N2 = N / N1 groups,
+// and a zigzag ring across the groups (over the ranks of one member index) attends the head
+// shards instead of the local block kernels.
 
 #include "spattn/ulysses_attention.hpp"
 
 #include <algorithm>
 #include <initializer_list>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,9 +29,6 @@
 namespace spattn {
 
 namespace {
-
-// Identifies the strategy in the call signature that ranks agree on (ring 1, zigzag 2).
-constexpr int64_t kStrategyId = 3;
 
 // Profile steps: 0 moves the inputs to head shards, 1 attends, 2 moves the results back.
 constexpr int kToHeadsStep = 0;
@@ -142,22 +145,40 @@ enum class Arrival { overwrite, sum };
 
 }  // namespace
 
+// Whom a Ulysses strategy talks to and how it attends its head shards. Plain Ulysses trades heads
+// for tokens over every rank and attends the whole sequence with the block kernels (all members
+// null). USP trades them inside a group and attends the group's tokens with a zigzag ring across
+// the groups.
+struct AcrossGroups {
+  std::unique_ptr<Communicator> group;          // the ranks that trade heads for tokens
+  std::unique_ptr<Communicator> across_groups;  // the ranks of this member index in every group
+  std::unique_ptr<Strategy> inner;              // attention over across_groups
+};
+
 class UlyssesStrategy final : public Strategy {
  public:
-  UlyssesStrategy(Communicator& communicator, const AttentionShape& call_shape, const AttentionOptions& call_options,
-                  const std::string& caller_error)
-      : comm(communicator),
+  // The arguments are validated and agreed on by every rank of `world` (see the factories);
+  // `signature` is what every later call agrees on.
+  UlyssesStrategy(Communicator& every_rank, AcrossGroups wiring, SequenceLayout layout, std::vector<int64_t> signature,
+                  const AttentionShape& call_shape, const AttentionOptions& call_options)
+      : world(every_rank),
+        across(std::move(wiring)),
+        comm(across.group ? *across.group : every_rank),
         shape(call_shape),
-        options(call_options),
-        sequence_layout(agreed_layout(caller_error)),
-        kernels(make_block_kernels(communicator.device())),
+        signature(std::move(signature)),
+        sequence_layout(std::move(layout)),
+        kernels(make_block_kernels(every_rank.device())),
         mask(AttentionMask::from_options(call_options)),
         scale(resolved_scale(call_shape, call_options)),
-        rank(communicator.rank()),
-        ranks(communicator.size()),
+        rank(comm.rank()),
+        ranks(comm.size()),
         local_seq(sequence_layout.local_length()),
+        group_seq(local_seq * ranks),
         heads_per_rank(call_shape.heads / ranks),
-        group_size(call_shape.heads / call_shape.kv_heads) {
+        group_size(call_shape.heads / call_shape.kv_heads),
+        // An inner strategy reads and writes the call's dtype; the block kernels accumulate in
+        // fp32, rounded once on the way back.
+        result_dtype(across.inner ? call_shape.dtype : DType::f32) {
     for (int peer = 0; peer < ranks; ++peer) {
       query_heads_of.push_back({peer * heads_per_rank, heads_per_rank});
       kv_heads_of.push_back(kv_heads_read(query_heads_of.back(), group_size));
@@ -172,8 +193,9 @@ class UlyssesStrategy final : public Strategy {
 
   void forward(const TensorView& q, const TensorView& k, const TensorView& v, TensorView out, TensorView lse,
                Profile* profile) override {
-    agree_on_call(comm, forward_arguments_error(shape, local_seq, kernels->device(), q, k, v, out, lse),
-                  call_signature(kStrategyId, shape, options));
+    // Agreement spans every rank of the call: a group that refused alone would leave the other
+    // groups waiting in the inner strategy.
+    agree_on_call(world, forward_arguments_error(shape, local_seq, kernels->device(), q, k, v, out, lse), signature);
     ensure_forward_workspace();
     ProfileRecorder recorder(profile, kSteps);
 
@@ -181,19 +203,12 @@ class UlyssesStrategy final : public Strategy {
     exchange(recorder, kToHeadsStep, forward_inputs);
     recorder.compute(kToHeadsStep, [&] { unpack_inputs(forward_inputs); });
 
+    Profile* inner_profile = profile ? &inner_timing : nullptr;
     recorder.compute(kAttentionStep, [&] {
-      for (const HeadGroup& group : groups) {
-        forward_block.q = full_q.slice(kBshd.head, group.query.first, group.query.count);
-        forward_block.q_position = 0;
-        forward_block.segments = {{full_k.slice(kBshd.head, group.kv.first, group.kv.count),
-                                   full_v.slice(kBshd.head, group.kv.first, group.kv.count), 0}};
-        forward_block.mask = mask;
-        forward_block.scale = scale;
-        forward_block.out = full_out.slice(kBshd.head, group.query.first, group.query.count);
-        forward_block.lse = full_lse.slice(kBhs.head, group.query.first, group.query.count);
-        kernels->forward(forward_block);
-      }
+      if (across.inner) across.inner->forward(full_q, full_k, full_v, full_out, full_lse, inner_profile);
+      else attend_locally_forward();
     });
+    move_inner_waiting(inner_profile, profile);
 
     recorder.compute(kToSequenceStep, [&] {
       pack_sequence_shards(full_out, kBshd, forward_results, kOutPart);
@@ -210,51 +225,40 @@ class UlyssesStrategy final : public Strategy {
   void backward(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                 const TensorView& lse, const TensorView& dout, TensorView dq, TensorView dk, TensorView dv,
                 Profile* profile) override {
-    agree_on_call(comm,
+    agree_on_call(world,
                   backward_arguments_error(shape, local_seq, kernels->device(), q, k, v, out, lse, dout, dq, dk, dv),
-                  call_signature(kStrategyId, shape, options));
+                  signature);
     ensure_backward_workspace();
     ProfileRecorder recorder(profile, kSteps);
 
-    // delta = rowsum(dout * out) is computed where out is, so out itself never travels.
     recorder.compute(kToHeadsStep, [&] {
-      kernels->softmax_delta(out, dout, local_delta);
       pack_inputs(backward_inputs, q, k, v);
       pack_head_shards(dout, kBshd, query_heads_of, backward_inputs, kDoutPart);
       pack_head_shards(lse, kBhs, query_heads_of, backward_inputs, kLseInPart);
-      pack_head_shards(local_delta, kBhs, query_heads_of, backward_inputs, kDeltaPart);
+      if (across.inner) {
+        pack_head_shards(out, kBshd, query_heads_of, backward_inputs, kOutputPart);
+      } else {
+        kernels->softmax_delta(out, dout, local_delta);
+        pack_head_shards(local_delta, kBhs, query_heads_of, backward_inputs, kOutputPart);
+      }
     });
     exchange(recorder, kToHeadsStep, backward_inputs);
     recorder.compute(kToHeadsStep, [&] {
       unpack_inputs(backward_inputs);
       unpack_sequence_shards(backward_inputs, kDoutPart, kBshd, full_dout);
       unpack_sequence_shards(backward_inputs, kLseInPart, kBhs, full_lse);
-      unpack_sequence_shards(backward_inputs, kDeltaPart, kBhs, full_delta);
+      if (across.inner) unpack_sequence_shards(backward_inputs, kOutputPart, kBshd, full_out);
+      else unpack_sequence_shards(backward_inputs, kOutputPart, kBhs, full_delta);
     });
 
+    Profile* inner_profile = profile ? &inner_timing : nullptr;
     recorder.compute(kAttentionStep, [&] {
-      kernels->fill(full_dq, 0.0f);
-      kernels->fill(full_dk, 0.0f);
-      kernels->fill(full_dv, 0.0f);
-      for (const HeadGroup& group : groups) {
-        const auto queries = [&](const TensorView& tensor, Axes axes) {
-          return tensor.slice(axes.head, group.query.first, group.query.count);
-        };
-        const auto keys = [&](const TensorView& tensor) {
-          return tensor.slice(kBshd.head, group.kv.first, group.kv.count);
-        };
-        backward_block.q = queries(full_q, kBshd);
-        backward_block.q_position = 0;
-        backward_block.segments = {{{keys(full_k), keys(full_v), 0}, keys(full_dk), keys(full_dv)}};
-        backward_block.dout = queries(full_dout, kBshd);
-        backward_block.lse = queries(full_lse, kBhs);
-        backward_block.delta = queries(full_delta, kBhs);
-        backward_block.mask = mask;
-        backward_block.scale = scale;
-        backward_block.dq = queries(full_dq, kBshd);
-        kernels->backward(backward_block);
-      }
+      if (across.inner)
+        across.inner->backward(full_q, full_k, full_v, full_out, full_lse, full_dout, full_dq, full_dk, full_dv,
+                               inner_profile);
+      else attend_locally_backward();
     });
+    move_inner_waiting(inner_profile, profile);
 
     recorder.compute(kToSequenceStep, [&] {
       pack_sequence_shards(full_dq, kBshd, gradients, kDqPart);
@@ -275,29 +279,18 @@ class UlyssesStrategy final : public Strategy {
   }
 
  private:
-  // Parts of the all-to-all blocks, in the order describe_exchanges adds them. Inputs to head shards: the block for peer p holds this rank's
-  // tokens of p's query heads and of the kv heads they read (forward: q, k, v; backward also
-  // dout, lse, delta). Results back to sequence shards: the block for peer p holds p's tokens of
-  // this rank's heads (forward: out, lse; backward: dq, dk, dv).
-  enum InputPart { kQPart, kKPart, kVPart, kDoutPart, kLseInPart, kDeltaPart };
+  // Parts of the all-to-all blocks, in the order describe_exchanges adds them. Inputs to head
+  // shards: the block for peer p holds this rank's tokens of p's query heads and of the kv heads
+  // they read (forward: q, k, v; backward also dout, lse and the forward output). Results back to
+  // sequence shards: the block for peer p holds p's tokens of this rank's heads (forward: out,
+  // lse; backward: dq, dk, dv).
+  //
+  // The forward output that backward moves is delta = rowsum(dout * out) for the block kernels,
+  // computed where out is so that out itself never travels, and out for an inner strategy, whose
+  // backward takes out and computes delta itself.
+  enum InputPart { kQPart, kKPart, kVPart, kDoutPart, kLseInPart, kOutputPart };
   enum ForwardResultPart { kOutPart, kLsePart };
   enum GradientPart { kDqPart, kDkPart, kDvPart };
-
-  // Validates the plan's arguments and agrees on them with every rank before building the layout.
-  SequenceLayout agreed_layout(const std::string& caller_error) {
-    const std::string error = first_error({caller_error, shape_and_options_error(shape, options),
-                                           SequenceLayout::split_error(LayoutKind::contiguous, shape.seq, comm.size()),
-                                           heads_split_error()});
-    agree_on_call(comm, error, call_signature(kStrategyId, shape, options));
-    return SequenceLayout(LayoutKind::contiguous, shape.seq, comm.size());
-  }
-
-  std::string heads_split_error() const {
-    if (shape.heads < 1 || shape.heads % comm.size() == 0) return "";
-    return "ulysses splits query heads over ranks: heads (" + std::to_string(shape.heads) +
-           ") must be divisible by ranks (" + std::to_string(comm.size()) +
-           "); use zigzag, ring or usp for this head count";
-  }
 
   // Every block carries room for kv_heads_per_block kv heads, the most any rank reads, because
   // an all-to-all needs blocks of one size; a rank that reads fewer leaves the rest unused. A kv
@@ -311,14 +304,15 @@ class UlyssesStrategy final : public Strategy {
     }
     backward_inputs.add_part(shape.dtype, {B, local_seq, heads_per_rank, D});  // dout
     backward_inputs.add_part(DType::f32, {B, heads_per_rank, local_seq});      // lse
-    backward_inputs.add_part(DType::f32, {B, heads_per_rank, local_seq});      // delta
+    if (across.inner) backward_inputs.add_part(shape.dtype, {B, local_seq, heads_per_rank, D});  // out
+    else backward_inputs.add_part(DType::f32, {B, heads_per_rank, local_seq});                   // delta
     forward_results.add_part(shape.dtype, {B, local_seq, heads_per_rank, D});  // out
     forward_results.add_part(DType::f32, {B, heads_per_rank, local_seq});      // lse
-    // Gradients travel in fp32 so that a kv head's contributions from several ranks are summed
-    // before the one rounding to the input dtype.
-    gradients.add_part(DType::f32, {B, local_seq, heads_per_rank, D});      // dq
-    gradients.add_part(DType::f32, {B, local_seq, kv_heads_per_block, D});  // dk
-    gradients.add_part(DType::f32, {B, local_seq, kv_heads_per_block, D});  // dv
+    // The block kernels' gradients travel in fp32 so that a kv head's contributions from several
+    // ranks are summed before the one rounding to the input dtype.
+    gradients.add_part(result_dtype, {B, local_seq, heads_per_rank, D});      // dq
+    gradients.add_part(result_dtype, {B, local_seq, kv_heads_per_block, D});  // dk
+    gradients.add_part(result_dtype, {B, local_seq, kv_heads_per_block, D});  // dv
   }
 
   // A new workspace tensor owned by `owner`.
@@ -332,33 +326,92 @@ class UlyssesStrategy final : public Strategy {
   // Workspace, allocated at the first call that needs it and reused by every later call.
   void ensure_head_shards() {
     if (!head_shard_buffers.empty()) return;
-    const int64_t B = shape.batch, S = shape.seq, D = shape.head_dim;
-    full_q = allocate(head_shard_buffers, shape.dtype, {B, S, heads_per_rank, D});
-    full_k = allocate(head_shard_buffers, shape.dtype, {B, S, own_kv_heads, D});
-    full_v = allocate(head_shard_buffers, shape.dtype, {B, S, own_kv_heads, D});
-    full_lse = allocate(head_shard_buffers, DType::f32, {B, heads_per_rank, S});
+    const int64_t B = shape.batch, D = shape.head_dim;
+    full_q = allocate(head_shard_buffers, shape.dtype, {B, group_seq, heads_per_rank, D});
+    full_k = allocate(head_shard_buffers, shape.dtype, {B, group_seq, own_kv_heads, D});
+    full_v = allocate(head_shard_buffers, shape.dtype, {B, group_seq, own_kv_heads, D});
+    full_lse = allocate(head_shard_buffers, DType::f32, {B, heads_per_rank, group_seq});
+  }
+  void ensure_full_out() {
+    if (!out_buffers.empty()) return;
+    full_out = allocate(out_buffers, result_dtype, {shape.batch, group_seq, heads_per_rank, shape.head_dim});
   }
   void ensure_forward_workspace() {
     ensure_head_shards();
-    if (!forward_buffers.empty()) return;
-    full_out = allocate(forward_buffers, DType::f32, {shape.batch, shape.seq, heads_per_rank, shape.head_dim});
+    ensure_full_out();
     forward_inputs.allocate(*kernels, ranks);
     forward_results.allocate(*kernels, ranks);
   }
   void ensure_backward_workspace() {
     ensure_head_shards();
     if (!backward_buffers.empty()) return;
-    const int64_t B = shape.batch, S = shape.seq, D = shape.head_dim;
-    local_delta = allocate(backward_buffers, DType::f32, {B, shape.heads, local_seq});
-    full_dout = allocate(backward_buffers, shape.dtype, {B, S, heads_per_rank, D});
-    full_delta = allocate(backward_buffers, DType::f32, {B, heads_per_rank, S});
-    full_dq = allocate(backward_buffers, DType::f32, {B, S, heads_per_rank, D});
-    full_dk = allocate(backward_buffers, DType::f32, {B, S, own_kv_heads, D});
-    full_dv = allocate(backward_buffers, DType::f32, {B, S, own_kv_heads, D});
+    const int64_t B = shape.batch, D = shape.head_dim;
+    if (across.inner) {
+      ensure_full_out();
+    } else {
+      local_delta = allocate(backward_buffers, DType::f32, {B, shape.heads, local_seq});
+      full_delta = allocate(backward_buffers, DType::f32, {B, heads_per_rank, group_seq});
+    }
+    full_dout = allocate(backward_buffers, shape.dtype, {B, group_seq, heads_per_rank, D});
+    full_dq = allocate(backward_buffers, result_dtype, {B, group_seq, heads_per_rank, D});
+    full_dk = allocate(backward_buffers, result_dtype, {B, group_seq, own_kv_heads, D});
+    full_dv = allocate(backward_buffers, result_dtype, {B, group_seq, own_kv_heads, D});
     dk_sum = allocate(backward_buffers, DType::f32, {B, local_seq, shape.kv_heads, D});
     dv_sum = allocate(backward_buffers, DType::f32, {B, local_seq, shape.kv_heads, D});
     backward_inputs.allocate(*kernels, ranks);
     gradients.allocate(*kernels, ranks);
+  }
+
+  // Attention of this rank's query heads over the whole sequence with the block kernels.
+  void attend_locally_forward() {
+    for (const HeadGroup& group : groups) {
+      forward_block.q = full_q.slice(kBshd.head, group.query.first, group.query.count);
+      forward_block.q_position = 0;
+      forward_block.segments = {{full_k.slice(kBshd.head, group.kv.first, group.kv.count),
+                                 full_v.slice(kBshd.head, group.kv.first, group.kv.count), 0}};
+      forward_block.mask = mask;
+      forward_block.scale = scale;
+      forward_block.out = full_out.slice(kBshd.head, group.query.first, group.query.count);
+      forward_block.lse = full_lse.slice(kBhs.head, group.query.first, group.query.count);
+      kernels->forward(forward_block);
+    }
+  }
+
+  void attend_locally_backward() {
+    kernels->fill(full_dq, 0.0f);
+    kernels->fill(full_dk, 0.0f);
+    kernels->fill(full_dv, 0.0f);
+    for (const HeadGroup& group : groups) {
+      const auto queries = [&](const TensorView& tensor, Axes axes) {
+        return tensor.slice(axes.head, group.query.first, group.query.count);
+      };
+      const auto keys = [&](const TensorView& tensor) {
+        return tensor.slice(kBshd.head, group.kv.first, group.kv.count);
+      };
+      backward_block.q = queries(full_q, kBshd);
+      backward_block.q_position = 0;
+      backward_block.segments = {{{keys(full_k), keys(full_v), 0}, keys(full_dk), keys(full_dv)}};
+      backward_block.dout = queries(full_dout, kBshd);
+      backward_block.lse = queries(full_lse, kBhs);
+      backward_block.delta = queries(full_delta, kBhs);
+      backward_block.mask = mask;
+      backward_block.scale = scale;
+      backward_block.dq = queries(full_dq, kBshd);
+      kernels->backward(backward_block);
+    }
+  }
+
+  // The attention step timed the inner strategy whole, as compute; the part it spent waiting on
+  // its own transfers is communication.
+  void move_inner_waiting(const Profile* inner_profile, Profile* profile) const {
+    if (!inner_profile || !profile) return;
+    const double waiting = inner_profile->comm_wait_ms;
+    profile->compute_ms -= waiting;
+    profile->comm_wait_ms += waiting;
+    if (!profile->per_step) return;
+    StepTiming& attention = profile->steps[static_cast<std::size_t>(kAttentionStep)];
+    attention.compute_ms -= waiting;
+    attention.comm_wait_ms += waiting;
   }
 
   void exchange(ProfileRecorder& recorder, int step, const AllToAllExchange& blocks) {
@@ -413,18 +466,22 @@ class UlyssesStrategy final : public Strategy {
     unpack_sequence_shards(inputs, kVPart, kBshd, full_v);
   }
 
-  Communicator& comm;
+  Communicator& world;  // every rank of the call
+  AcrossGroups across;
+  Communicator& comm;   // the ranks that trade heads for tokens: the group, or the world
   const AttentionShape shape;
-  const AttentionOptions options;
+  const std::vector<int64_t> signature;
   const SequenceLayout sequence_layout;
   std::unique_ptr<BlockKernels> kernels;
   const AttentionMask mask;
   const float scale;
-  const int rank;
-  const int ranks;
+  const int rank;   // in comm
+  const int ranks;  // in comm: N1 for USP, N for plain Ulysses
   const int64_t local_seq;       // S / N
-  const int64_t heads_per_rank;  // H / N query heads per head shard
+  const int64_t group_seq;       // the sequence a head shard holds: S / N2 (plain Ulysses: S)
+  const int64_t heads_per_rank;  // H / ranks query heads per head shard
   const int64_t group_size;      // H / HK query heads per kv head
+  const DType result_dtype;      // of full_out, full_dq, full_dk, full_dv and the gradient blocks
   std::vector<HeadRange> query_heads_of;  // per rank, global query heads of its head shard
   std::vector<HeadRange> kv_heads_of;     // per rank, global kv heads its query heads read
   int64_t kv_heads_per_block = 0;         // the most kv heads any rank reads
@@ -433,33 +490,121 @@ class UlyssesStrategy final : public Strategy {
 
   AllToAllExchange forward_inputs;   // q, k, v
   AllToAllExchange forward_results;  // out, lse
-  AllToAllExchange backward_inputs;  // q, k, v, dout, lse, delta
-  AllToAllExchange gradients;        // dq, dk, dv (fp32)
+  AllToAllExchange backward_inputs;  // q, k, v, dout, lse, and delta or out
+  AllToAllExchange gradients;        // dq, dk, dv in result_dtype
 
   std::vector<DeviceBuffer> head_shard_buffers;
-  TensorView full_q;    // (B, S, H/N, D)
-  TensorView full_k;    // (B, S, own_kv_heads, D)
-  TensorView full_v;    // (B, S, own_kv_heads, D)
-  TensorView full_lse;  // (B, H/N, S) fp32: written by forward, received by backward
-  std::vector<DeviceBuffer> forward_buffers;
-  TensorView full_out;  // (B, S, H/N, D) fp32
+  TensorView full_q;    // (B, group_seq, H/ranks, D)
+  TensorView full_k;    // (B, group_seq, own_kv_heads, D)
+  TensorView full_v;    // (B, group_seq, own_kv_heads, D)
+  TensorView full_lse;  // (B, H/ranks, group_seq) fp32: written by forward, received by backward
+  std::vector<DeviceBuffer> out_buffers;
+  TensorView full_out;  // (B, group_seq, H/ranks, D) result_dtype: written by forward, received by an inner backward
   std::vector<DeviceBuffer> backward_buffers;
-  TensorView local_delta;  // (B, H, S/N) fp32
-  TensorView full_dout;    // (B, S, H/N, D)
-  TensorView full_delta;   // (B, H/N, S) fp32
-  TensorView full_dq;      // (B, S, H/N, D) fp32
-  TensorView full_dk;      // (B, S, own_kv_heads, D) fp32
-  TensorView full_dv;      // (B, S, own_kv_heads, D) fp32
+  TensorView local_delta;  // (B, H, S/N) fp32, block kernels only
+  TensorView full_dout;    // (B, group_seq, H/ranks, D)
+  TensorView full_delta;   // (B, H/ranks, group_seq) fp32, block kernels only
+  TensorView full_dq;      // (B, group_seq, H/ranks, D) result_dtype
+  TensorView full_dk;      // (B, group_seq, own_kv_heads, D) result_dtype
+  TensorView full_dv;      // (B, group_seq, own_kv_heads, D) result_dtype
   TensorView dk_sum;       // (B, S/N, HK, D) fp32: every rank's contribution to this rank's tokens
   TensorView dv_sum;       // (B, S/N, HK, D) fp32
+  Profile inner_timing;    // the inner strategy's last call
   // Reused across calls so that their segment lists keep their capacity.
   ForwardBlock forward_block;
   BackwardBlock backward_block;
 };
 
+namespace {
+
+// Identifies the strategies in the call signature that ranks agree on (ring 1, zigzag 2, ...).
+constexpr int64_t kUlyssesId = 3;
+constexpr int64_t kUspId = 7;
+
+std::string heads_split_error(const AttentionShape& shape, int ranks) {
+  if (shape.heads < 1 || shape.heads % ranks == 0) return "";
+  return "ulysses splits query heads over ranks: heads (" + std::to_string(shape.heads) +
+         ") must be divisible by ranks (" + std::to_string(ranks) + "); use zigzag, ring or usp for this head count";
+}
+
+// Whether `ranks_per_group` ranks can form USP's groups: they split the ranks, the query heads
+// and the kv heads (a kv head split over a group's ranks would need its gradient summed in the
+// input dtype).
+bool valid_inner(int ranks, int ranks_per_group, const AttentionShape& shape) {
+  return ranks_per_group >= 1 && ranks % ranks_per_group == 0 && shape.heads % ranks_per_group == 0 &&
+         shape.kv_heads % ranks_per_group == 0;
+}
+
+// The Ulysses degree USP uses for StrategyOptions::inner: the largest valid one for 0.
+int resolved_inner(int ranks, int inner, const AttentionShape& shape) {
+  if (inner != 0) return inner;
+  int largest = 1;
+  for (int ranks_per_group = 1; ranks_per_group <= ranks; ++ranks_per_group)
+    if (valid_inner(ranks, ranks_per_group, shape)) largest = ranks_per_group;
+  return largest;
+}
+
+std::string inner_error(int ranks, int inner, const AttentionShape& shape) {
+  if (valid_inner(ranks, inner, shape)) return "";
+  std::ostringstream message;
+  message << "usp: inner (" << inner << ") must be at least 1 and divide ranks (" << ranks << "), heads ("
+          << shape.heads << ") and kv_heads (" << shape.kv_heads << "); valid inner values here:";
+  for (int ranks_per_group = 1; ranks_per_group <= ranks; ++ranks_per_group)
+    if (valid_inner(ranks, ranks_per_group, shape)) message << " " << ranks_per_group;
+  message << " (0 chooses the largest)";
+  return message.str();
+}
+
+}  // namespace
+
 std::unique_ptr<Strategy> make_ulysses_strategy(Communicator& communicator, const AttentionShape& shape,
                                                 const AttentionOptions& options, const std::string& caller_error) {
-  return std::make_unique<UlyssesStrategy>(communicator, shape, options, caller_error);
+  const int ranks = communicator.size();
+  const std::vector<int64_t> signature = call_signature(kUlyssesId, shape, options);
+  agree_on_call(communicator,
+                first_error({caller_error, shape_and_options_error(shape, options),
+                             SequenceLayout::split_error(LayoutKind::contiguous, shape.seq, ranks),
+                             heads_split_error(shape, ranks)}),
+                signature);
+  return std::make_unique<UlyssesStrategy>(communicator, AcrossGroups{},
+                                           SequenceLayout(LayoutKind::contiguous, shape.seq, ranks), signature, shape,
+                                           options);
+}
+
+std::unique_ptr<Strategy> make_usp_strategy(Communicator& communicator, int inner, const AttentionShape& shape,
+                                            const AttentionOptions& options, const std::string& caller_error) {
+  const int ranks = communicator.size();
+  const int ranks_per_group = resolved_inner(ranks, inner, shape);
+  std::string error = first_error({caller_error, shape_and_options_error(shape, options),
+                                   inner_error(ranks, ranks_per_group, shape)});
+  if (error.empty())
+    error = SequenceLayout::grouped_split_error(LayoutKind::zigzag, shape.seq, ranks / ranks_per_group,
+                                                ranks_per_group);
+  // The degree joins the signature, so ranks given different degrees refuse together.
+  std::vector<int64_t> signature = call_signature(kUspId, shape, options);
+  signature.push_back(ranks_per_group);
+  agree_on_call(communicator, error, signature);
+
+  // Group g is ranks [g N1, (g + 1) N1), meant to be the ranks of fast links.
+  const int groups = ranks / ranks_per_group;
+  const int group = communicator.rank() / ranks_per_group;
+  const int member = communicator.rank() % ranks_per_group;
+  AcrossGroups across;
+  across.group = communicator.split(group, member);
+  across.across_groups = communicator.split(member, group);
+  // After the all-to-all a member holds its group's tokens of H/N1 heads: the group's shard of the
+  // zigzag layout over the groups, which the zigzag ring attends.
+  const AttentionShape head_shard_shape{shape.batch,
+                                        shape.seq,
+                                        shape.heads / ranks_per_group,
+                                        shape.kv_heads / ranks_per_group,
+                                        shape.head_dim,
+                                        shape.dtype};
+  across.inner = make_ring_strategy(*across.across_groups, LayoutKind::zigzag, head_shard_shape, options, "");
+  SequenceLayout layout =
+      SequenceLayout::grouped(SequenceLayout(LayoutKind::zigzag, shape.seq, groups), ranks_per_group);
+  return std::make_unique<UlyssesStrategy>(communicator, std::move(across), std::move(layout), std::move(signature),
+                                           shape, options);
 }
 
 namespace {

@@ -182,6 +182,13 @@ TEST(RingAttentionPlan, ProfileIsConsistent) {
     for (const StepTiming& step : profile->steps) steps_compute += step.compute_ms;
     EXPECT_NEAR(steps_compute, profile->compute_ms, 1e-6 + 1e-9 * profile->compute_ms);
   }
+  // Forward: N-1 hops of this rank's K and V (fp32), two messages each. Backward: the same, plus
+  // N hops of fp32 dK and dV (the last one home).
+  const double shard_bytes = 2.0 * shape.batch * (shape.seq / ranks) * shape.kv_heads * shape.head_dim * sizeof(float);
+  EXPECT_EQ(run.forward.bytes_sent, (ranks - 1) * shard_bytes);
+  EXPECT_EQ(run.forward.messages_sent, 2 * (ranks - 1));
+  EXPECT_EQ(run.backward.bytes_sent, ranks > 1 ? (2 * ranks - 1) * shard_bytes : 0.0);
+  EXPECT_EQ(run.backward.messages_sent, ranks > 1 ? 2 * (2 * ranks - 1) : 0);
 }
 
 }  // namespace
