@@ -113,11 +113,11 @@ INSTANTIATE_TEST_SUITE_P(HeadSplits, UlyssesAccuracy,
                                             ::testing::Values(DType::f32, DType::bf16)),
                          case_name);
 
-// A sequence longer than a kernel query tile (128 rows) attended at once, head dim 128, batch 2;
-// 264 is a multiple of every tested rank count.
+// A sequence of 130 tokens per rank (more than a kernel query tile of 128 rows) attended at once,
+// head dim 128, batch 2, one kv head.
 TEST(UlyssesLongSequence, CausalMqaHeadDim128) {
   const int ranks = world().size();
-  const AttentionShape shape{2, 264, ranks, 1, 128, DType::bf16};
+  const AttentionShape shape{2, 130 * ranks, ranks, 1, 128, DType::bf16};
   expect_accurate(random_problem(shape, AttentionOptions{true, -1, -1}, 43, /*backward=*/true));
 }
 
