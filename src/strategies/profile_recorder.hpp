@@ -43,6 +43,21 @@ class ProfileRecorder {
     }
   }
 
+  /// Folds the profile of a nested call (a strategy inside this one) into `step`, after the
+  /// nested call was timed whole as compute: its waiting becomes communication, and what it
+  /// sent counts as sent at `step`.
+  void fold_nested(int step, const Profile& nested) {
+    if (!profile_) return;
+    const double waiting = nested.comm_wait_ms;
+    profile_->compute_ms -= waiting;
+    profile_->comm_wait_ms += waiting;
+    if (profile_->per_step && step >= 0 && step < static_cast<int>(profile_->steps.size())) {
+      profile_->steps[static_cast<std::size_t>(step)].compute_ms -= waiting;
+      profile_->steps[static_cast<std::size_t>(step)].comm_wait_ms += waiting;
+    }
+    sent(step, nested.bytes_sent, nested.messages_sent);
+  }
+
   /// Sets the call's total time.
   void finish() {
     if (profile_) profile_->total_ms = milliseconds_since(call_start_);

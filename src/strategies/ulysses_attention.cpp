@@ -123,6 +123,9 @@ class AllToAllExchange {
     return comm.start_all_to_all(send_buffer.data(), receive_buffer.data(), block_bytes);
   }
 
+  // Bytes of one peer's block (padding included: it travels too).
+  std::size_t bytes_per_peer() const { return block_bytes; }
+
  private:
   TensorView view(const DeviceBuffer& buffer, int peer, int part) const {
     TensorView tensor = parts[static_cast<std::size_t>(part)];
@@ -208,7 +211,7 @@ class UlyssesStrategy final : public Strategy {
       if (across.inner) across.inner->forward(full_q, full_k, full_v, full_out, full_lse, inner_profile);
       else attend_locally_forward();
     });
-    move_inner_waiting(inner_profile, profile);
+    if (inner_profile) recorder.fold_nested(kAttentionStep, *inner_profile);
 
     recorder.compute(kToSequenceStep, [&] {
       pack_sequence_shards(full_out, kBshd, forward_results, kOutPart);
@@ -258,7 +261,7 @@ class UlyssesStrategy final : public Strategy {
                                inner_profile);
       else attend_locally_backward();
     });
-    move_inner_waiting(inner_profile, profile);
+    if (inner_profile) recorder.fold_nested(kAttentionStep, *inner_profile);
 
     recorder.compute(kToSequenceStep, [&] {
       pack_sequence_shards(full_dq, kBshd, gradients, kDqPart);
@@ -401,20 +404,9 @@ class UlyssesStrategy final : public Strategy {
     }
   }
 
-  // The attention step timed the inner strategy whole, as compute; the part it spent waiting on
-  // its own transfers is communication.
-  void move_inner_waiting(const Profile* inner_profile, Profile* profile) const {
-    if (!inner_profile || !profile) return;
-    const double waiting = inner_profile->comm_wait_ms;
-    profile->compute_ms -= waiting;
-    profile->comm_wait_ms += waiting;
-    if (!profile->per_step) return;
-    StepTiming& attention = profile->steps[static_cast<std::size_t>(kAttentionStep)];
-    attention.compute_ms -= waiting;
-    attention.comm_wait_ms += waiting;
-  }
-
   void exchange(ProfileRecorder& recorder, int step, const AllToAllExchange& blocks) {
+    const int peers = comm.size() - 1;
+    recorder.sent(step, static_cast<double>(blocks.bytes_per_peer()) * peers, peers);
     std::unique_ptr<PendingTransfer> transfer = blocks.start(comm);
     recorder.communication(step, [&] { comm.wait(*transfer); });
   }
