@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <string>
 
+#include "distributed_checks.hpp"
 #include "distributed_world.hpp"
 #include "host_tensor.hpp"
 #include "spattn/error.hpp"
@@ -36,17 +37,6 @@ struct Shard {
     zigzag_ring_attention_forward(world(), q.view(), k.view(), v.view(), out.view(), lse.view(), options);
   }
 };
-
-// The message every rank throws, or "" when the call succeeded.
-template <typename Call>
-std::string error_of(Call&& call) {
-  try {
-    call();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "";
-}
 
 TEST(BadInput, ZigzagLengthNotDivisibleNamesNearestLengths) {
   const int ranks = world().size();

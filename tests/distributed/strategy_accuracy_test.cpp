@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "accuracy_report.hpp"
+#include "distributed_checks.hpp"
 #include "distributed_world.hpp"
 #include "spattn/error.hpp"
 #include "spattn/reference_attention.hpp"
@@ -28,34 +29,6 @@ const MaskCase kMasks[] = {
     {"window_9_4", AttentionOptions{false, 9, 4}},
     {"causal_window_11", AttentionOptions{true, 11, -1}},
 };
-
-// Runs `algorithm` on `problem` over every rank; rank 0 compares the gathered outputs with the
-// fp64 reference and a single-rank run, and every rank learns its verdict.
-void expect_accurate(Algorithm algorithm, const AttentionProblem& problem) {
-  const StrategyRun distributed = run_strategy(world(), algorithm, problem, 0, 1, false);
-  std::string failures;
-  if (world().rank() == 0) {
-    const AttentionOutputs single = run_single_device(problem);
-    const ReferenceResult reference = reference_attention(problem.q.view(), problem.k.view(), problem.v.view(),
-                                                          problem.dout.view(), problem.options);
-    const std::vector<OutputError> errors = compare_with_reference(distributed.outputs, single, reference);
-    if (errors.size() != 5) failures = "expected 5 outputs to compare, got " + std::to_string(errors.size());
-    for (const OutputError& error : errors) {
-      if (error.pass) continue;
-      std::ostringstream text;
-      text << error.name << " at " << world().size() << " ranks: distributed error " << error.distributed
-           << " > bound " << error.bound << " (single-rank error " << error.single_rank << "); ";
-      failures += text.str();
-    }
-  }
-  std::string verdict;
-  try {
-    agree_on_call(world(), failures, {});
-  } catch (const Error& error) {
-    verdict = error.what();
-  }
-  EXPECT_EQ(verdict, "");
-}
 
 // How one algorithm runs at `ranks` ranks: its options and the unit its sequence length must be
 // a multiple of (the layout's chunks, times its slots for the Hamiltonian schemes), or why it does
@@ -84,34 +57,6 @@ AlgorithmSetup setup_for(Algorithm algorithm, int ranks) {
     }
     default: return {{}, 2 * ranks, ""};
   }
-}
-
-// Runs `algorithm` on `problem` over every rank; rank 0 compares the gathered outputs with the
-// fp64 reference and a single-rank run, and every rank learns its verdict.
-void expect_accurate(Algorithm algorithm, const AttentionProblem& problem, const StrategyOptions& strategy_options) {
-  const StrategyRun distributed = run_strategy(world(), algorithm, problem, 0, 1, false, strategy_options);
-  std::string failures;
-  if (world().rank() == 0) {
-    const AttentionOutputs single = run_single_device(problem);
-    const ReferenceResult reference = reference_attention(problem.q.view(), problem.k.view(), problem.v.view(),
-                                                          problem.dout.view(), problem.options);
-    const std::vector<OutputError> errors = compare_with_reference(distributed.outputs, single, reference);
-    if (errors.size() != 5) failures = "expected 5 outputs to compare, got " + std::to_string(errors.size());
-    for (const OutputError& error : errors) {
-      if (error.pass) continue;
-      std::ostringstream text;
-      text << error.name << " at " << world().size() << " ranks: distributed error " << error.distributed
-           << " > bound " << error.bound << " (single-rank error " << error.single_rank << "); ";
-      failures += text.str();
-    }
-  }
-  std::string verdict;
-  try {
-    agree_on_call(world(), failures, {});
-  } catch (const Error& error) {
-    verdict = error.what();
-  }
-  EXPECT_EQ(verdict, "");
 }
 
 using AccuracyCase = std::tuple<Algorithm, int /*mask index*/, DType>;

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "accuracy_report.hpp"
+#include "distributed_checks.hpp"
 #include "distributed_world.hpp"
 #include "host_tensor.hpp"
 #include "spattn/error.hpp"
@@ -60,34 +61,6 @@ const HeadCase kHeadCases[] = {
     {"three_kv_heads", 3, 0, 3},
 };
 
-// Runs ulysses on `problem` over every rank; rank 0 compares the gathered outputs with the fp64
-// reference and a single-rank run, and every rank learns its verdict.
-void expect_accurate(const AttentionProblem& problem) {
-  const StrategyRun distributed = run_strategy(world(), Algorithm::ulysses, problem, 0, 1, false);
-  std::string failures;
-  if (world().rank() == 0) {
-    const AttentionOutputs single = run_single_device(problem);
-    const ReferenceResult reference = reference_attention(problem.q.view(), problem.k.view(), problem.v.view(),
-                                                          problem.dout.view(), problem.options);
-    const std::vector<OutputError> errors = compare_with_reference(distributed.outputs, single, reference);
-    if (errors.size() != 5) failures = "expected 5 outputs to compare, got " + std::to_string(errors.size());
-    for (const OutputError& error : errors) {
-      if (error.pass) continue;
-      std::ostringstream text;
-      text << error.name << " at " << world().size() << " ranks: distributed error " << error.distributed
-           << " > bound " << error.bound << " (single-rank error " << error.single_rank << "); ";
-      failures += text.str();
-    }
-  }
-  std::string verdict;
-  try {
-    agree_on_call(world(), failures, {});
-  } catch (const Error& error) {
-    verdict = error.what();
-  }
-  EXPECT_EQ(verdict, "");
-}
-
 using AccuracyCase = std::tuple<int /*head case*/, int /*mask index*/, DType>;
 
 class UlyssesAccuracy : public ::testing::TestWithParam<AccuracyCase> {};
@@ -100,7 +73,7 @@ TEST_P(UlyssesAccuracy, MatchesReferenceForwardAndBackward) {
   const AttentionShape shape{1, ranks * 13, heads.heads_per_rank * ranks, heads.kv_heads(ranks), 32, dtype};
   const uint64_t seed = 2000 + static_cast<uint64_t>(head_case_index) * 100 + static_cast<uint64_t>(mask_index) * 10 +
                         static_cast<uint64_t>(dtype);
-  expect_accurate(random_problem(shape, kMasks[mask_index].options, seed, /*backward=*/true));
+  expect_accurate(Algorithm::ulysses, random_problem(shape, kMasks[mask_index].options, seed, /*backward=*/true));
 }
 
 std::string case_name(const ::testing::TestParamInfo<AccuracyCase>& info) {
@@ -118,7 +91,7 @@ INSTANTIATE_TEST_SUITE_P(HeadSplits, UlyssesAccuracy,
 TEST(UlyssesLongSequence, CausalMqaHeadDim128) {
   const int ranks = world().size();
   const AttentionShape shape{2, 130 * ranks, ranks, 1, 128, DType::bf16};
-  expect_accurate(random_problem(shape, AttentionOptions{true, -1, -1}, 43, /*backward=*/true));
+  expect_accurate(Algorithm::ulysses, random_problem(shape, AttentionOptions{true, -1, -1}, 43, /*backward=*/true));
 }
 
 // A plan reused across calls gives the same result as the first call (workspace reuse).
@@ -155,17 +128,6 @@ TEST(UlyssesPlan, ProfileIsConsistent) {
     EXPECT_NEAR(steps_compute, profile->compute_ms, 1e-6 + 1e-9 * profile->compute_ms);
     EXPECT_NEAR(steps_wait, profile->comm_wait_ms, 1e-6 + 1e-9 * profile->comm_wait_ms);
   }
-}
-
-// The message every rank throws, or "" when the call succeeded.
-template <typename Call>
-std::string error_of(Call&& call) {
-  try {
-    call();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "";
 }
 
 // The one-shot calls read the global shape from q and k.

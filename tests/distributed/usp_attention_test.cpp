@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "accuracy_report.hpp"
+#include "distributed_checks.hpp"
 #include "distributed_world.hpp"
 #include "host_tensor.hpp"
 #include "spattn/error.hpp"
@@ -39,35 +40,6 @@ StrategyOptions with_inner(int inner) {
   return options;
 }
 
-// Runs usp with Ulysses degree `inner` on `problem` over every rank; rank 0 compares the
-// gathered outputs with the fp64 reference and a single-rank run, and every rank learns its
-// verdict.
-void expect_accurate(const AttentionProblem& problem, int inner) {
-  const StrategyRun distributed = run_strategy(world(), Algorithm::usp, problem, 0, 1, false, with_inner(inner));
-  std::string failures;
-  if (world().rank() == 0) {
-    const AttentionOutputs single = run_single_device(problem);
-    const ReferenceResult reference = reference_attention(problem.q.view(), problem.k.view(), problem.v.view(),
-                                                          problem.dout.view(), problem.options);
-    const std::vector<OutputError> errors = compare_with_reference(distributed.outputs, single, reference);
-    if (errors.size() != 5) failures = "expected 5 outputs to compare, got " + std::to_string(errors.size());
-    for (const OutputError& error : errors) {
-      if (error.pass) continue;
-      std::ostringstream text;
-      text << error.name << " at " << world().size() << " ranks, inner " << inner << ": distributed error "
-           << error.distributed << " > bound " << error.bound << " (single-rank error " << error.single_rank << "); ";
-      failures += text.str();
-    }
-  }
-  std::string verdict;
-  try {
-    agree_on_call(world(), failures, {});
-  } catch (const Error& error) {
-    verdict = error.what();
-  }
-  EXPECT_EQ(verdict, "");
-}
-
 // 2N x 5 tokens: zigzag chunks of 5 N1 tokens, members' shares of 10, so at N1 = 3 a share
 // straddles the group's two chunks, and no length is a multiple of a kernel tile.
 int64_t test_length(int ranks) { return 2 * ranks * 5; }
@@ -84,7 +56,7 @@ TEST_P(UspAccuracy, MatchesReferenceForwardAndBackward) {
   const AttentionShape shape{1, test_length(ranks), 2 * ranks, inner, 32, dtype};
   const uint64_t seed = 3000 + static_cast<uint64_t>(inner) * 100 + static_cast<uint64_t>(mask_index) * 10 +
                         static_cast<uint64_t>(dtype);
-  expect_accurate(random_problem(shape, kMasks[mask_index].options, seed, /*backward=*/true), inner);
+  expect_accurate(Algorithm::usp, random_problem(shape, kMasks[mask_index].options, seed, /*backward=*/true), with_inner(inner));
 }
 
 std::string case_name(const ::testing::TestParamInfo<AccuracyCase>& info) {
@@ -104,7 +76,7 @@ TEST(UspKvHeads, TwoKvHeadsPerMember) {
   for (int inner = 1; inner <= ranks; ++inner) {
     if (ranks % inner != 0) continue;
     const AttentionShape shape{2, 2 * ranks * 3, 2 * ranks, 2 * inner, 16, DType::bf16};
-    expect_accurate(random_problem(shape, AttentionOptions{true, 11, -1}, 4000 + inner, /*backward=*/true), inner);
+    expect_accurate(Algorithm::usp, random_problem(shape, AttentionOptions{true, 11, -1}, 4000 + inner, /*backward=*/true), with_inner(inner));
   }
 }
 
@@ -117,7 +89,7 @@ TEST(UspAutomaticDegree, ChoosesLargestValidDegree) {
   DistributedAttention plan(world(), Algorithm::usp, shape, {}, with_inner(0));
   EXPECT_EQ(plan.layout().name(), "zigzag over " + std::to_string(ranks / expected) + " groups of " +
                                       std::to_string(expected) + " ranks");
-  expect_accurate(random_problem(shape, AttentionOptions{true, -1, -1}, 4100, /*backward=*/true), 0);
+  expect_accurate(Algorithm::usp, random_problem(shape, AttentionOptions{true, -1, -1}, 4100, /*backward=*/true), with_inner(0));
 }
 
 // Profiles add up, with the inner ring's waiting counted as the attention step's communication.
@@ -142,17 +114,6 @@ TEST(UspPlan, ProfileIsConsistent) {
     EXPECT_NEAR(steps_compute, profile->compute_ms, 1e-6 + 1e-9 * profile->compute_ms);
     EXPECT_NEAR(steps_wait, profile->comm_wait_ms, 1e-6 + 1e-9 * profile->comm_wait_ms);
   }
-}
-
-// The message every rank throws, or "" when the call succeeded.
-template <typename Call>
-std::string error_of(Call&& call) {
-  try {
-    call();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "";
 }
 
 std::string usp_plan_error(const AttentionShape& shape, int inner) {
@@ -222,7 +183,7 @@ TEST(UspBadInput, OneRanksBadTensorIsRefusedEverywhere) {
 TEST(UspBadInput, TheWorldStillWorksAfterwards) {
   const int ranks = world().size();
   const AttentionShape shape{1, test_length(ranks), 2 * ranks, 2, 16, DType::f32};
-  expect_accurate(random_problem(shape, {}, 4200, /*backward=*/true), 0);
+  expect_accurate(Algorithm::usp, random_problem(shape, {}, 4200, /*backward=*/true), with_inner(0));
 }
 
 }  // namespace

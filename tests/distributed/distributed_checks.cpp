@@ -1,0 +1,35 @@
+#include "distributed_checks.hpp"
+
+#include <gtest/gtest.h>
+
+#include <sstream>
+#include <vector>
+
+#include "accuracy_report.hpp"
+#include "distributed_world.hpp"
+#include "spattn/reference_attention.hpp"
+
+namespace spattn {
+
+void expect_accurate(Algorithm algorithm, const AttentionProblem& problem, const StrategyOptions& strategy_options) {
+  const StrategyRun distributed = run_strategy(world(), algorithm, problem, 0, 1, false, strategy_options);
+  std::string failures;
+  if (world().rank() == 0) {
+    const AttentionOutputs single = run_single_device(problem);
+    const ReferenceResult reference = reference_attention(problem.q.view(), problem.k.view(), problem.v.view(),
+                                                          problem.dout.view(), problem.options);
+    const std::vector<OutputError> errors = compare_with_reference(distributed.outputs, single, reference);
+    if (errors.size() != 5) failures = "expected 5 outputs to compare, got " + std::to_string(errors.size());
+    for (const OutputError& error : errors) {
+      if (error.pass) continue;
+      std::ostringstream text;
+      text << algorithm_name(algorithm) << " (nodes " << strategy_options.nodes << ", inner " << strategy_options.inner
+           << ") " << error.name << " at " << world().size() << " ranks: distributed error " << error.distributed
+           << " > bound " << error.bound << " (single-rank error " << error.single_rank << "); ";
+      failures += text.str();
+    }
+  }
+  EXPECT_EQ(error_of([&] { agree_on_call(world(), failures, {}); }), "");
+}
+
+}  // namespace spattn
