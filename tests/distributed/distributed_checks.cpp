@@ -32,4 +32,14 @@ void expect_accurate(Algorithm algorithm, const AttentionProblem& problem, const
   EXPECT_EQ(error_of([&] { agree_on_call(world(), failures, {}); }), "");
 }
 
+void expect_identical_outputs(const AttentionOutputs& first, const AttentionOutputs& second) {
+  const std::pair<const HostTensor*, const HostTensor*> pairs[] = {{&first.out, &second.out}, {&first.lse, &second.lse},
+                                                                   {&first.dq, &second.dq},   {&first.dk, &second.dk},
+                                                                   {&first.dv, &second.dv}};
+  for (const auto& [one, other] : pairs) {
+    ASSERT_EQ(one->view().numel(), other->view().numel());
+    for (int64_t i = 0; i < one->view().numel(); ++i) ASSERT_EQ(one->at(i), other->at(i)) << "element " << i;
+  }
+}
+
 }  // namespace spattn

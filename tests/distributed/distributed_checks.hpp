@@ -10,11 +10,28 @@
 
 namespace spattn {
 
+/// A mask the accuracy tests sweep, with its name in test names.
+struct MaskCase {
+  const char* name;
+  AttentionOptions options;
+};
+
+/// none, causal, a two-sided window (9, 4), and causal with a left window of 11.
+inline const MaskCase kMasks[] = {
+    {"none", AttentionOptions{false, -1, -1}},
+    {"causal", AttentionOptions{true, -1, -1}},
+    {"window_9_4", AttentionOptions{false, 9, 4}},
+    {"causal_window_11", AttentionOptions{true, 11, -1}},
+};
+
 /// Runs `algorithm` on `problem` over every rank of world(); rank 0 compares the gathered out,
 /// lse, dq, dk and dv with the fp64 reference and a single-device run (the 2x criterion), and
 /// every rank learns its verdict, so that every rank passes or fails together.
 void expect_accurate(Algorithm algorithm, const AttentionProblem& problem,
                      const StrategyOptions& strategy_options = {});
+
+/// Every element of out, lse and (when present) dq, dk, dv of two runs is bitwise equal.
+void expect_identical_outputs(const AttentionOutputs& first, const AttentionOutputs& second);
 
 /// The message `call` throws as spattn::Error, or "" when it succeeds.
 template <typename Call>

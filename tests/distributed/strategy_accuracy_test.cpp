@@ -18,18 +18,6 @@
 namespace spattn {
 namespace {
 
-struct MaskCase {
-  const char* name;
-  AttentionOptions options;
-};
-
-const MaskCase kMasks[] = {
-    {"none", AttentionOptions{false, -1, -1}},
-    {"causal", AttentionOptions{true, -1, -1}},
-    {"window_9_4", AttentionOptions{false, 9, 4}},
-    {"causal_window_11", AttentionOptions{true, 11, -1}},
-};
-
 // How one algorithm runs at `ranks` ranks: its options and the unit its sequence length must be
 // a multiple of (the layout's chunks, times its slots for the Hamiltonian schemes), or why it does
 // not apply.
@@ -106,11 +94,7 @@ TEST(RingAttentionPlan, RepeatedCallsAreIdentical) {
   const AttentionProblem problem = random_problem(shape, AttentionOptions{true, -1, -1}, 77, true);
   const StrategyRun once = run_strategy(world(), Algorithm::zigzag, problem, 0, 1, false);
   const StrategyRun thrice = run_strategy(world(), Algorithm::zigzag, problem, 1, 2, false);
-  for (const auto& [first, later] : {std::pair{&once.outputs.out, &thrice.outputs.out},
-                                     std::pair{&once.outputs.dq, &thrice.outputs.dq},
-                                     std::pair{&once.outputs.dk, &thrice.outputs.dk},
-                                     std::pair{&once.outputs.dv, &thrice.outputs.dv}})
-    for (int64_t i = 0; i < first->view().numel(); ++i) ASSERT_EQ(first->at(i), later->at(i)) << "element " << i;
+  expect_identical_outputs(once.outputs, thrice.outputs);
 }
 
 // Profiles add up: compute and waiting never exceed the total, per-step entries exist.

@@ -26,17 +26,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-struct MaskCase {
-  const char* name;
-  AttentionOptions options;
-};
-
-const MaskCase kMasks[] = {
-    {"none", AttentionOptions{false, -1, -1}},
-    {"causal", AttentionOptions{true, -1, -1}},
-    {"window_9_4", AttentionOptions{false, 9, 4}},
-};
-
 // Query and kv head counts as functions of the rank count N; H is a multiple of N.
 struct HeadCase {
   const char* name;
@@ -101,12 +90,7 @@ TEST(UlyssesPlan, RepeatedCallsAreIdentical) {
   const AttentionProblem problem = random_problem(shape, AttentionOptions{true, -1, -1}, 78, true);
   const StrategyRun once = run_strategy(world(), Algorithm::ulysses, problem, 0, 1, false);
   const StrategyRun thrice = run_strategy(world(), Algorithm::ulysses, problem, 1, 2, false);
-  for (const auto& [first, later] : {std::pair{&once.outputs.out, &thrice.outputs.out},
-                                     std::pair{&once.outputs.lse, &thrice.outputs.lse},
-                                     std::pair{&once.outputs.dq, &thrice.outputs.dq},
-                                     std::pair{&once.outputs.dk, &thrice.outputs.dk},
-                                     std::pair{&once.outputs.dv, &thrice.outputs.dv}})
-    for (int64_t i = 0; i < first->view().numel(); ++i) ASSERT_EQ(first->at(i), later->at(i)) << "element " << i;
+  expect_identical_outputs(once.outputs, thrice.outputs);
 }
 
 // Profiles add up: compute and waiting never exceed the total; one entry per phase.

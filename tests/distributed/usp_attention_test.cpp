@@ -23,17 +23,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-struct MaskCase {
-  const char* name;
-  AttentionOptions options;
-};
-
-const MaskCase kMasks[] = {
-    {"none", AttentionOptions{false, -1, -1}},
-    {"causal", AttentionOptions{true, -1, -1}},
-    {"window_9_4", AttentionOptions{false, 9, 4}},
-};
-
 StrategyOptions with_inner(int inner) {
   StrategyOptions options;
   options.inner = inner;

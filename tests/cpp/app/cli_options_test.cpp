@@ -1,4 +1,5 @@
 #include "cli_options.hpp"
+#include "command_line_parsing.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -15,40 +16,11 @@ namespace {
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-CliCommand parse(const std::vector<std::string>& arguments) {
-  std::vector<const char*> argv = {"spattn"};
-  for (const std::string& argument : arguments) argv.push_back(argument.c_str());
-  return parse_command_line(static_cast<int>(argv.size()), argv.data());
-}
-
 RunOptions parse_run(std::vector<std::string> options) {
   options.insert(options.begin(), "run");
   const CliCommand command = parse(options);
   EXPECT_EQ(command.kind, CliCommand::Kind::run);
   return command.run;
-}
-
-// The message of the UsageError that parsing `arguments` throws.
-std::string usage_error(const std::vector<std::string>& arguments) {
-  try {
-    parse(arguments);
-  } catch (const UsageError& error) {
-    return error.what();
-  }
-  ADD_FAILURE() << "no UsageError";
-  return "";
-}
-
-// What main() does with the exceptions: 2 for a usage error, 1 for any other Error.
-int exit_status(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const UsageError&) {
-    return 2;
-  } catch (const Error&) {
-    return 1;
-  }
-  return 0;
 }
 
 TEST(CliOptionsTest, RunHasTheDocumentedDefaults) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cli_options.hpp"
+#include "command_line_parsing.hpp"
 #include "plan_command.hpp"
 #include "schedule/cycle_schedule.hpp"
 #include "spattn/distributed_attention.hpp"
@@ -19,39 +20,11 @@ using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-CliCommand parse(std::vector<std::string> arguments) {
-  std::vector<const char*> argv = {"spattn"};
-  for (const std::string& argument : arguments) argv.push_back(argument.c_str());
-  return parse_command_line(static_cast<int>(argv.size()), argv.data());
-}
-
 PlanOptions parse_plan(std::vector<std::string> options) {
   options.insert(options.begin(), "plan");
   const CliCommand command = parse(options);
   EXPECT_EQ(command.kind, CliCommand::Kind::plan);
   return command.plan;
-}
-
-std::string usage_error(const std::vector<std::string>& arguments) {
-  try {
-    parse(arguments);
-  } catch (const UsageError& error) {
-    return error.what();
-  }
-  ADD_FAILURE() << "no UsageError";
-  return "";
-}
-
-// What main() does with the exceptions: 2 for a usage error, 1 for any other Error.
-int exit_status(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const UsageError&) {
-    return 2;
-  } catch (const Error&) {
-    return 1;
-  }
-  return 0;
 }
 
 std::string plan(const std::vector<std::string>& options) { return plan_text(parse_plan(options)); }
