@@ -8,7 +8,7 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
-# The run's shape and strategy options at RANKS ranks: a length near 1700 that splits for the
+# The run's shape and strategy options at RANKS ranks: a length near 600 that splits for the
 # strategy, 8 heads (2N for ulysses, which splits heads over ranks), 2 kv heads.
 run_arguments() {
   python3 - "$1" "$2" <<'PY'
@@ -30,7 +30,7 @@ elif algo == "usp":
     inner = max(size for size in (1, 2) if ranks % size == 0)
     unit = 2 * ranks
     extra = ["--inner", str(inner)]
-seq = max(unit, round(1700 / unit) * unit)
+seq = max(unit, round(600 / unit) * unit)
 print(" ".join(["--seq", str(seq), "--heads", str(heads), "--kv-heads", str(kv_heads)] + extra))
 PY
 }

@@ -87,6 +87,12 @@ Real parse_positive_real(const std::string& option, const std::string& text) {
   return value;
 }
 
+void parse_across(RunOptions& options, const std::string& name) {
+  if (name != "ring" && name != "zigzag" && name != "hamilton")
+    throw UsageError("unknown --across '" + name + "'; allowed: ring, zigzag, hamilton");
+  options.across = name;
+}
+
 void parse_algorithm(RunOptions& options, const std::string& name) {
   const auto& algorithms = all_algorithms();
   const bool known = std::any_of(algorithms.begin(), algorithms.end(),
@@ -156,7 +162,9 @@ const OptionTable<RunOptions>& run_option_table() {
        {"--nodes", "U", "hamilton2: nodes, of N/U ranks each (default 1)",
         [](RunOptions& options, const std::string& value) { options.nodes = parse_count("--nodes", value, 1); }},
        {"--inner", "N1", "usp: Ulysses degree, ranks per group (default: the largest dividing N, H and HK)",
-        [](RunOptions& options, const std::string& value) { options.inner = parse_count("--inner", value, 1); }}},
+        [](RunOptions& options, const std::string& value) { options.inner = parse_count("--inner", value, 1); }},
+       {"--across", "NAME", "usp: ring, zigzag or hamilton across the groups (default zigzag)",
+        [](RunOptions& options, const std::string& value) { parse_across(options, value); }}},
       shape_options<RunOptions>("global sequence length, split over the ranks (default " +
                                 std::to_string(defaults.seq) + ")"),
       {{"--window", "L,R", "sliding window: query i sees keys i-L..i+R; each >= -1, -1 unbounded (default -1,-1)",

@@ -26,6 +26,7 @@ struct RunOptions {
   bool causal = false;
   int nodes = 1;  // hamilton2: nodes; ranks per node = ranks / nodes
   int inner = 0;  // usp: Ulysses degree; 0: chosen by the strategy
+  std::string across = "zigzag";  // usp: ring, zigzag or hamilton across the groups
   int64_t batch = 1;
   int64_t seq = 4096;  // global sequence length, split over the ranks
   int64_t heads = 8;

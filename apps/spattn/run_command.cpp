@@ -141,6 +141,7 @@ int run_command(const RunOptions& given) {
   StrategyOptions strategy_options;
   strategy_options.nodes = options.nodes;
   strategy_options.inner = options.inner;
+  strategy_options.across = parse_algorithm(options.across);
   const StrategyRun run =
       run_strategy(world, algorithm, problem, options.warmup, options.iters, options.profile_steps, strategy_options);
 

@@ -37,6 +37,7 @@ Algorithm parse_algorithm(const std::string& name);
 struct StrategyOptions {
   int nodes = 1;  ///< hamilton2: nodes u; ranks per node m = N / u
   int inner = 0;  ///< usp: Ulysses degree N1 (ranks per group); 0 chooses the largest that fits
+  Algorithm across = Algorithm::zigzag;  ///< usp: ring, zigzag or hamilton across the groups
 };
 
 /// A plan for repeated calls of one shape with one strategy: validates once, agrees across

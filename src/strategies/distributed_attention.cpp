@@ -39,19 +39,18 @@ namespace {
 std::unique_ptr<Strategy> make_strategy(Communicator& communicator, Algorithm algorithm, const AttentionShape& shape,
                                         const AttentionOptions& options, const StrategyOptions& strategy_options) {
   switch (algorithm) {
-    case Algorithm::ring: return make_ring_strategy(communicator, LayoutKind::contiguous, shape, options, "");
-    case Algorithm::zigzag: return make_ring_strategy(communicator, LayoutKind::zigzag, shape, options, "");
+    case Algorithm::ring:
+    case Algorithm::zigzag:
+    case Algorithm::hamilton: return make_rotation_strategy(algorithm, communicator, shape, options, "");
     case Algorithm::ulysses: return make_ulysses_strategy(communicator, shape, options, "");
     case Algorithm::allgather: return make_allgather_strategy(communicator, shape, options, "");
-    case Algorithm::hamilton: return make_hamilton_strategy(communicator, shape, options, "");
     case Algorithm::hamilton2:
       return make_two_level_hamilton_strategy(communicator, strategy_options.nodes, shape, options, "");
-    case Algorithm::usp: return make_usp_strategy(communicator, strategy_options.inner, shape, options, "");
-    default: break;
+    case Algorithm::usp:
+      return make_usp_strategy(communicator, strategy_options.inner, strategy_options.across, shape, options, "");
   }
-  // Every rank reaches this point with the same algorithm, so refusing here cannot leave a peer
-  // waiting.
-  SPATTN_FAIL("algorithm '" << algorithm_name(algorithm) << "' is not built yet");
+  // Only a value cast from outside the enumeration gets here, the same on every rank.
+  SPATTN_FAIL("unknown algorithm value " << static_cast<int>(algorithm));
 }
 
 }  // namespace

@@ -13,7 +13,8 @@ namespace {
 std::unique_ptr<Strategy> plan_from_tensors(Communicator& communicator, LayoutKind layout, const TensorView& q,
                                             const TensorView& k, const AttentionOptions& options) {
   const auto [shape, error] = global_shape_of(q, k, communicator.size());
-  return make_ring_strategy(communicator, layout, shape, options, error);
+  return make_rotation_strategy(layout == LayoutKind::zigzag ? Algorithm::zigzag : Algorithm::ring, communicator, shape,
+                                options, error);
 }
 
 }  // namespace

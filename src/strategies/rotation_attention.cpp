@@ -343,13 +343,6 @@ class RotationStrategy final : public Strategy {
   BackwardBlock backward_block;
 };
 
-std::unique_ptr<Strategy> make_ring_strategy(Communicator& communicator, LayoutKind layout, const AttentionShape& shape,
-                                             const AttentionOptions& options, const std::string& caller_error) {
-  const int ranks = communicator.size();
-  const RotationKind ring{layout == LayoutKind::contiguous ? 1 : 2, layout, 1, "", [ranks] { return ring_cycles(ranks); }};
-  return std::make_unique<RotationStrategy>(communicator, ring, shape, options, caller_error);
-}
-
 namespace {
 
 // Causal Hamiltonian schemes balance their work over the zigzag layout; without a causal mask
@@ -358,17 +351,41 @@ LayoutKind hamilton_layout(const AttentionOptions& options) {
   return options.causal ? LayoutKind::zigzag : LayoutKind::contiguous;
 }
 
+RotationKind single_level_kind(Algorithm algorithm, int ranks, const AttentionOptions& options) {
+  const auto ring = [ranks] { return ring_cycles(ranks); };
+  switch (algorithm) {
+    case Algorithm::ring: return {1, LayoutKind::contiguous, 1, "", ring};
+    case Algorithm::zigzag: return {2, LayoutKind::zigzag, 1, "", ring};
+    case Algorithm::hamilton:
+      // One rank has no arcs to decompose: it keeps its single slot, as the ring does.
+      return {4, hamilton_layout(options), std::max(1, ranks - 1), hamiltonian_decomposition_error(ranks),
+              [ranks] { return ranks == 1 ? ring_cycles(1) : hamiltonian_decomposition(ranks); }};
+    default: break;
+  }
+  SPATTN_FAIL("'" << algorithm_name(algorithm) << "' is not a single-level rotation; allowed: ring, zigzag, hamilton");
+}
+
 }  // namespace
 
-std::unique_ptr<Strategy> make_hamilton_strategy(Communicator& communicator, const AttentionShape& shape,
-                                                 const AttentionOptions& options, const std::string& caller_error) {
-  const int ranks = communicator.size();
-  // One rank has no arcs to decompose: it keeps its single slot, as the ring does.
-  const RotationKind hamilton{4, hamilton_layout(options), std::max(1, ranks - 1),
-                              hamiltonian_decomposition_error(ranks), [ranks] {
-                                return ranks == 1 ? ring_cycles(1) : hamiltonian_decomposition(ranks);
-                              }};
-  return std::make_unique<RotationStrategy>(communicator, hamilton, shape, options, caller_error);
+bool is_single_level_rotation(Algorithm algorithm) {
+  return algorithm == Algorithm::ring || algorithm == Algorithm::zigzag || algorithm == Algorithm::hamilton;
+}
+
+LayoutKind rotation_layout(Algorithm algorithm, int ranks, const AttentionOptions& options) {
+  return single_level_kind(algorithm, ranks, options).layout;
+}
+
+std::string rotation_split_error(Algorithm algorithm, int64_t global_length, int ranks,
+                                 const AttentionOptions& options) {
+  const RotationKind kind = single_level_kind(algorithm, ranks, options);
+  return first_error({kind.schedule_error, slot_split_error(kind.layout, global_length, ranks, kind.slots)});
+}
+
+std::unique_ptr<Strategy> make_rotation_strategy(Algorithm algorithm, Communicator& communicator,
+                                                 const AttentionShape& shape, const AttentionOptions& options,
+                                                 const std::string& caller_error) {
+  return std::make_unique<RotationStrategy>(communicator, single_level_kind(algorithm, communicator.size(), options),
+                                            shape, options, caller_error);
 }
 
 std::unique_ptr<Strategy> make_two_level_hamilton_strategy(Communicator& communicator, int nodes,

@@ -23,17 +23,26 @@ class DistributedAttention::Strategy {
 
 using Strategy = DistributedAttention::Strategy;
 
-/// ring (contiguous layout) and zigzag (zigzag layout).
-std::unique_ptr<Strategy> make_ring_strategy(Communicator& communicator, LayoutKind layout, const AttentionShape& shape,
-                                             const AttentionOptions& options, const std::string& caller_error);
+/// Whether `algorithm` is ring, zigzag or hamilton: one set of cycles over all ranks.
+bool is_single_level_rotation(Algorithm algorithm);
+
+/// The layout a single-level rotation uses at `ranks` ranks: contiguous for ring, zigzag for
+/// zigzag, and for hamilton zigzag when causal (equal work per rank) else contiguous.
+LayoutKind rotation_layout(Algorithm algorithm, int ranks, const AttentionOptions& options);
+
+/// "" when a single-level rotation can run over `ranks` ranks on `global_length` tokens, else
+/// why (no Hamiltonian decomposition at 4 or 6 ranks; a length that does not cut into its slots).
+std::string rotation_split_error(Algorithm algorithm, int64_t global_length, int ranks,
+                                 const AttentionOptions& options);
+
+/// ring, zigzag or Hamiltonian-cycle attention (the n-1 cycles of K*_n) over `communicator`.
+std::unique_ptr<Strategy> make_rotation_strategy(Algorithm algorithm, Communicator& communicator,
+                                                 const AttentionShape& shape, const AttentionOptions& options,
+                                                 const std::string& caller_error);
 
 /// ulysses (contiguous layout, heads divisible by ranks).
 std::unique_ptr<Strategy> make_ulysses_strategy(Communicator& communicator, const AttentionShape& shape,
                                                 const AttentionOptions& options, const std::string& caller_error);
-
-/// Hamiltonian-cycle attention over the n-1 cycles of K*_n (zigzag layout when causal).
-std::unique_ptr<Strategy> make_hamilton_strategy(Communicator& communicator, const AttentionShape& shape,
-                                                 const AttentionOptions& options, const std::string& caller_error);
 
 /// The two-level Hamiltonian scheme over `nodes` nodes of ranks / nodes ranks each.
 std::unique_ptr<Strategy> make_two_level_hamilton_strategy(Communicator& communicator, int nodes,
@@ -45,8 +54,10 @@ std::unique_ptr<Strategy> make_allgather_strategy(Communicator& communicator, co
                                                   const AttentionOptions& options, const std::string& caller_error);
 
 /// USP: Ulysses inside groups of `inner` consecutive ranks (0 chooses the largest degree that
-/// divides ranks, heads and kv heads) x zigzag ring across the groups.
-std::unique_ptr<Strategy> make_usp_strategy(Communicator& communicator, int inner, const AttentionShape& shape,
-                                            const AttentionOptions& options, const std::string& caller_error);
+/// divides ranks, heads and kv heads) x a single-level rotation `across` the groups (ring,
+/// zigzag or hamilton).
+std::unique_ptr<Strategy> make_usp_strategy(Communicator& communicator, int inner, Algorithm across,
+                                            const AttentionShape& shape, const AttentionOptions& options,
+                                            const std::string& caller_error);
 
 }  // namespace spattn

@@ -563,38 +563,51 @@ std::unique_ptr<Strategy> make_ulysses_strategy(Communicator& communicator, cons
                                            options);
 }
 
-std::unique_ptr<Strategy> make_usp_strategy(Communicator& communicator, int inner, const AttentionShape& shape,
-                                            const AttentionOptions& options, const std::string& caller_error) {
+std::unique_ptr<Strategy> make_usp_strategy(Communicator& communicator, int inner, Algorithm across_algorithm,
+                                            const AttentionShape& shape, const AttentionOptions& options,
+                                            const std::string& caller_error) {
   const int ranks = communicator.size();
   const int ranks_per_group = resolved_inner(ranks, inner, shape);
+  const int groups = ranks_per_group >= 1 && ranks % ranks_per_group == 0 ? ranks / ranks_per_group : 1;
   std::string error = first_error({caller_error, shape_and_options_error(shape, options),
                                    inner_error(ranks, ranks_per_group, shape)});
-  if (error.empty())
-    error = SequenceLayout::grouped_split_error(LayoutKind::zigzag, shape.seq, ranks / ranks_per_group,
+  if (error.empty() && !is_single_level_rotation(across_algorithm))
+    error = "usp runs ring, zigzag or hamilton across its groups, not '" + algorithm_name(across_algorithm) + "'";
+  // The scheme across the groups is checked here, on every rank, so that it never refuses
+  // inside one group's communicator alone.
+  if (error.empty()) {
+    error = SequenceLayout::grouped_split_error(rotation_layout(across_algorithm, groups, options), shape.seq, groups,
                                                 ranks_per_group);
-  // The degree joins the signature, so ranks given different degrees refuse together.
+  }
+  if (error.empty()) {
+    const std::string across_error = rotation_split_error(across_algorithm, shape.seq, groups, options);
+    if (!across_error.empty())
+      error = "across the " + std::to_string(groups) + " groups of usp, " + algorithm_name(across_algorithm) +
+              ": " + across_error;
+  }
+  // The degree and the scheme join the signature, so ranks given different ones refuse together.
   std::vector<int64_t> signature = call_signature(kUspId, shape, options);
   signature.push_back(ranks_per_group);
+  signature.push_back(static_cast<int64_t>(across_algorithm));
   agree_on_call(communicator, error, signature);
 
   // Group g is ranks [g N1, (g + 1) N1), meant to be the ranks of fast links.
-  const int groups = ranks / ranks_per_group;
   const int group = communicator.rank() / ranks_per_group;
   const int member = communicator.rank() % ranks_per_group;
   AcrossGroups across;
   across.group = communicator.split(group, member);
   across.across_groups = communicator.split(member, group);
   // After the all-to-all a member holds its group's tokens of H/N1 heads: the group's shard of the
-  // zigzag layout over the groups, which the zigzag ring attends.
+  // layout over the groups, which the rotation across the groups attends.
   const AttentionShape head_shard_shape{shape.batch,
                                         shape.seq,
                                         shape.heads / ranks_per_group,
                                         shape.kv_heads / ranks_per_group,
                                         shape.head_dim,
                                         shape.dtype};
-  across.inner = make_ring_strategy(*across.across_groups, LayoutKind::zigzag, head_shard_shape, options, "");
-  SequenceLayout layout =
-      SequenceLayout::grouped(SequenceLayout(LayoutKind::zigzag, shape.seq, groups), ranks_per_group);
+  across.inner = make_rotation_strategy(across_algorithm, *across.across_groups, head_shard_shape, options, "");
+  SequenceLayout layout = SequenceLayout::grouped(
+      SequenceLayout(rotation_layout(across_algorithm, groups, options), shape.seq, groups), ranks_per_group);
   return std::make_unique<UlyssesStrategy>(communicator, std::move(across), std::move(layout), std::move(signature),
                                            shape, options);
 }

@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <sstream>
 #include <string>
 #include <tuple>
@@ -60,6 +61,54 @@ INSTANTIATE_TEST_SUITE_P(UlyssesDegrees, UspAccuracy,
                          case_name);
 
 // Several kv heads per member, batch 2, a causal window: at every degree of this rank count.
+// Ring and Hamiltonian cycles across the groups, at every degree whose group count allows them.
+class UspAcross : public ::testing::TestWithParam<std::tuple<Algorithm, int /*mask index*/>> {};
+
+TEST_P(UspAcross, MatchesReferenceForwardAndBackward) {
+  const auto [across, mask_index] = GetParam();
+  const int ranks = world().size();
+  for (int inner = 1; inner <= ranks; ++inner) {
+    if (ranks % inner != 0) continue;
+    const int groups = ranks / inner;
+    if (across == Algorithm::hamilton && (groups == 4 || groups == 6)) continue;
+    StrategyOptions options = with_inner(inner);
+    options.across = across;
+    // Cuts into the N2-1 Hamiltonian slots per zigzag chunk and splits over each group's members.
+    const int64_t length = 2 * groups * std::max(1, groups - 1) * inner * 3;
+    const AttentionShape shape{1, length, 2 * ranks, inner, 16, DType::f32};
+    const uint64_t seed = 4300 + static_cast<uint64_t>(inner) * 10 + static_cast<uint64_t>(mask_index);
+    expect_accurate(Algorithm::usp, random_problem(shape, kMasks[mask_index].options, seed, /*backward=*/true),
+                    options);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(RotationsAcrossGroups, UspAcross,
+                         ::testing::Combine(::testing::Values(Algorithm::ring, Algorithm::hamilton),
+                                            ::testing::Range(0, 2)),
+                         [](const ::testing::TestParamInfo<std::tuple<Algorithm, int>>& info) {
+                           return algorithm_name(std::get<0>(info.param)) + "_" +
+                                  kMasks[std::get<1>(info.param)].name;
+                         });
+
+TEST(UspBadInput, HamiltonAcrossFourGroupsSaysNoneExists) {
+  const int ranks = world().size();
+  if (ranks % 4 != 0) GTEST_SKIP() << "needs 4 groups";
+  StrategyOptions options = with_inner(ranks / 4);
+  options.across = Algorithm::hamilton;
+  const AttentionShape shape{1, 2 * ranks * 30, ranks, ranks / 4, 16, DType::f32};
+  const std::string error = error_of([&] { DistributedAttention plan(world(), Algorithm::usp, shape, {}, options); });
+  EXPECT_THAT(error, HasSubstr("across the 4 groups of usp, hamilton: no decomposition"));
+}
+
+TEST(UspBadInput, AcrossMustBeASingleLevelRotation) {
+  StrategyOptions options = with_inner(1);
+  options.across = Algorithm::ulysses;
+  const int ranks = world().size();
+  const AttentionShape shape{1, 2 * ranks * 4, 2, 1, 16, DType::f32};
+  EXPECT_THAT(error_of([&] { DistributedAttention plan(world(), Algorithm::usp, shape, {}, options); }),
+              HasSubstr("usp runs ring, zigzag or hamilton across its groups, not 'ulysses'"));
+}
+
 TEST(UspKvHeads, TwoKvHeadsPerMember) {
   const int ranks = world().size();
   for (int inner = 1; inner <= ranks; ++inner) {

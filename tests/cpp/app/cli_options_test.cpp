@@ -100,6 +100,7 @@ TEST(CliOptionsTest, EveryValuedOptionWorksInBothForms) {
       {"--threads", "6", [](const RunOptions& o) { EXPECT_EQ(o.threads, 6); }},
       {"--nodes", "2", [](const RunOptions& o) { EXPECT_EQ(o.nodes, 2); }},
       {"--inner", "4", [](const RunOptions& o) { EXPECT_EQ(o.inner, 4); }},
+      {"--across", "hamilton", [](const RunOptions& o) { EXPECT_EQ(o.across, "hamilton"); }},
   };
   for (const ValuedOption& option : cases) {
     SCOPED_TRACE(option.name + " " + option.value);
@@ -150,6 +151,8 @@ TEST(CliOptionsTest, BadIntegersNameTheOptionAndValue) {
   EXPECT_THAT(usage_error({"run", "--threads", "0"}), HasSubstr("--threads expects a positive integer, got '0'"));
   EXPECT_THAT(usage_error({"run", "--nodes", "0"}), HasSubstr("--nodes expects a positive integer, got '0'"));
   EXPECT_THAT(usage_error({"run", "--inner", "x"}), HasSubstr("--inner expects a positive integer, got 'x'"));
+  EXPECT_THAT(usage_error({"run", "--across", "ulysses"}),
+              HasSubstr("unknown --across 'ulysses'; allowed: ring, zigzag, hamilton"));
   EXPECT_THAT(usage_error({"run", "--seed", "-1"}), HasSubstr("--seed expects an integer >= 0, got '-1'"));
   EXPECT_THAT(usage_error({"run", "--seed", "18446744073709551616"}), HasSubstr("--seed expects"));
 }
@@ -224,7 +227,7 @@ TEST(CliOptionsTest, UsageTextDocumentsEveryOption) {
   for (const char* option :
        {"--algo NAME", "--causal", "--batch B", "--seq S", "--heads H", "--kv-heads HK", "--head-dim D", "--dtype T",
         "--window L,R", "--scale X", "--backward", "--check", "--inputs DIR", "--outputs DIR", "--iters N",
-        "--warmup N", "--seed N", "--json", "--profile-steps", "--threads N", "--nodes U", "--inner N1", "--help"}) {
+        "--warmup N", "--seed N", "--json", "--profile-steps", "--threads N", "--nodes U", "--inner N1", "--across NAME", "--help"}) {
     EXPECT_THAT(text, HasSubstr(option));
   }
   EXPECT_THAT(text, AllOf(HasSubstr("usage: spattn <command> [options]"), HasSubstr("ring, zigzag, ulysses, hamilton, hamilton2, allgather, usp (default zigzag)"),
