@@ -1,0 +1,228 @@
+#!/usr/bin/env bash
+# Builds spattn with its CUDA kernels on a GPU machine and runs every test there, stage by stage:
+#   environment  nvidia-smi, nvcc, cmake, compilers, MPI, compute-sanitizer, what was found
+#   build        googletest from source if no package has it, then cmake -DSPATTN_CUDA=ON, Release
+#   gpu-tests    spattn_gpu_tests (the CUDA kernels against the CPU kernels)
+#   memcheck     the same under compute-sanitizer --tool memcheck (skipped where it is missing)
+#   ctest        the whole CTest suite: CPU unit tests, mpirun tests at 1..8 ranks, GPU tests
+# A failing stage does not stop the later ones; the exit status is non-zero when any failed.
+# Logs go to $OUT (the device tool brings them back), or to build-device/logs when OUT is unset:
+# environment.log, build.log, gpu-tests.log, memcheck.log, ctest.log, summary.txt (one line per
+# stage with its passed/failed/skipped counts).
+#
+# Usage, on the device machine from the repository root:  bash scripts/device-run.sh
+# Its image may lack GoogleTest or OpenBLAS and can fetch nothing. Then, once, on a machine that
+# has them (Debian/Ubuntu packages libgtest-dev/googletest and libopenblas-dev):
+#   bash scripts/device-run.sh --prepare-deps
+# which copies their sources/libraries into build-cuda-deps/ (ignored by git, ~45 MB); name that
+# folder in the device tool's `carry` and this script uses it where the machine has none.
+# SPATTN_DEVICE_BUILD_DIR (default build-device) is where it builds. SPATTN_DEVICE_BUDGET_S
+# (default 570) bounds the whole run: the device tool stops a command after 600 s, and a stage
+# cut short by the budget still leaves its log and summary line.
+set -uo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+deps_dir="$root/build-cuda-deps"
+
+# ---- --prepare-deps: run where the packages are installed, not on the device machine ----------
+prepare_deps() {
+  set -e
+  rm -rf "$deps_dir"
+  mkdir -p "$deps_dir/openblas/lib" "$deps_dir/openblas/include"
+  cp -r /usr/src/googletest "$deps_dir/googletest"
+  local openblas cblas_header
+  openblas="$(ldconfig -p | awk '/libopenblas\.so\.0 .*x86-64/ {print $NF; exit}')"
+  [[ -n "$openblas" ]] || { echo "no libopenblas.so.0 here: install libopenblas-dev first"; exit 1; }
+  # One copy under the soname; the device run adds the libopenblas.so link (links may not travel).
+  cp -L "$openblas" "$deps_dir/openblas/lib/libopenblas.so.0"
+  for needed in libgfortran.so.5 libquadmath.so.0; do
+    cp -L "$(ldd "$openblas" | awk -v lib="$needed" '$1 == lib {print $3}')" "$deps_dir/openblas/lib/"
+  done
+  cblas_header="$(echo '#include <cblas.h>' | g++ -x c++ -E -H - 2>&1 >/dev/null | awk '/cblas\.h$/ {print $2; exit}')"
+  cp -L "$(dirname "$(readlink -f "$cblas_header")")"/*.h "$deps_dir/openblas/include/"
+  du -sh "$deps_dir"
+  echo "carry build-cuda-deps with the device tool's run"
+}
+if [[ "${1:-}" == "--prepare-deps" ]]; then
+  prepare_deps
+  exit 0
+fi
+
+# ---- the device run ------------------------------------------------------------------------------
+build_dir="${SPATTN_DEVICE_BUILD_DIR:-$root/build-device}"
+logs="${OUT:-$build_dir/logs}"
+mkdir -p "$logs"
+summary="$logs/summary.txt"
+: >"$summary"
+jobs="$(nproc)"
+budget_s="${SPATTN_DEVICE_BUDGET_S:-570}"
+any_failed=0
+
+# mpirun refuses root unless told; the GPU machines run commands as root. NVLink multicast stays
+# off on shared hosts (KINDS.md).
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+
+# record STAGE STATUS DETAIL: one summary line, echoed so the tool's output tail shows it too.
+record() {
+  printf '%-12s %-8s %s\n' "$1" "$2" "$3" | tee -a "$summary"
+  [[ "$2" == failed ]] && any_failed=1
+  return 0
+}
+
+# Seconds of the budget left, at least 1 (timeout 0 would mean no limit at all).
+seconds_left() {
+  local left=$((budget_s - SECONDS))
+  echo $((left < 1 ? 1 : left))
+}
+
+# The counts of a GoogleTest log: "passed=N failed=N skipped=N".
+gtest_counts() {
+  local passed failed skipped
+  passed="$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$1" | tail -1)"
+  failed="$(sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' "$1" | tail -1)"
+  skipped="$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) test.*/\1/p' "$1" | tail -1)"
+  echo "passed=${passed:-0} failed=${failed:-0} skipped=${skipped:-0}"
+}
+
+# ---- environment -------------------------------------------------------------------------------------
+{
+  echo "== date: $(date -u)   host: $(hostname)   cores: $jobs"
+  for probe in "nvidia-smi" "nvcc --version" "cmake --version" "g++ --version" "mpirun --version" \
+               "compute-sanitizer --version"; do
+    echo "== $probe"
+    $probe 2>&1 || echo "(not available)"
+  done
+  echo "== libraries the build needs"
+  ldconfig -p | grep -E 'libopenblas|libgtest|libmpi\.so|libcudnn\.so|libnccl\.so' || true
+  ls /usr/src/googletest 2>/dev/null | head -3 || true
+  [[ -d "$deps_dir" ]] && echo "carried dependencies: $(ls "$deps_dir")"
+} >"$logs/environment.log" 2>&1
+if nvidia-smi >/dev/null 2>&1 && command -v nvcc >/dev/null; then
+  record environment passed "$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1); $(nvcc --version | grep -o 'release [0-9.]*')"
+else
+  record environment failed "nvidia-smi or nvcc missing: see environment.log"
+fi
+
+# ---- build ---------------------------------------------------------------------------------------------
+built=0
+# A brace group, not a subshell: the paths exported for a carried OpenBLAS stay for the tests.
+{
+  cmake_arguments=(-DCMAKE_BUILD_TYPE=Release -DSPATTN_CUDA=ON)
+  prefix_path=()
+
+  # GoogleTest: a package if there is one, else sources (the image's, or carried ones), built here.
+  if ! compgen -G '/usr/lib*/cmake/GTest/GTestConfig.cmake' >/dev/null &&
+     ! compgen -G '/usr/lib/*/cmake/GTest/GTestConfig.cmake' >/dev/null &&
+     ! compgen -G '/usr/local/lib*/cmake/GTest/GTestConfig.cmake' >/dev/null; then
+    gtest_source=""
+    for candidate in "${SPATTN_GTEST_SOURCE:-}" /usr/src/googletest "$deps_dir/googletest"; do
+      [[ -n "$candidate" && -f "$candidate/CMakeLists.txt" ]] && { gtest_source="$candidate"; break; }
+    done
+    if [[ -z "$gtest_source" ]]; then
+      echo "ERROR: no GoogleTest package and no sources (/usr/src/googletest or a carried build-cuda-deps/)."
+      echo "       The tests need GoogleTest: run 'bash scripts/device-run.sh --prepare-deps' on a machine"
+      echo "       with libgtest-dev and carry build-cuda-deps."
+    else
+      echo "== building GoogleTest from $gtest_source"
+      cmake -S "$gtest_source" -B "$build_dir/googletest-build" -DCMAKE_BUILD_TYPE=Release \
+        -DCMAKE_INSTALL_PREFIX="$build_dir/googletest" -DBUILD_GMOCK=ON -DINSTALL_GTEST=ON &&
+        cmake --build "$build_dir/googletest-build" -j "$jobs" &&
+        cmake --install "$build_dir/googletest-build" && prefix_path+=("$build_dir/googletest")
+    fi
+  fi
+
+  # OpenBLAS: the system's, else the carried copy (headers, library, its Fortran runtime).
+  if ! ldconfig -p | grep -q 'libopenblas\.so'; then
+    if [[ -f "$deps_dir/openblas/lib/libopenblas.so.0" ]]; then
+      echo "== using the carried OpenBLAS in $deps_dir/openblas"
+      ln -sf libopenblas.so.0 "$deps_dir/openblas/lib/libopenblas.so"
+      prefix_path+=("$deps_dir/openblas")
+      export CPATH="$deps_dir/openblas/include${CPATH:+:$CPATH}"
+      export LIBRARY_PATH="$deps_dir/openblas/lib${LIBRARY_PATH:+:$LIBRARY_PATH}"
+      export LD_LIBRARY_PATH="$deps_dir/openblas/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    else
+      echo "ERROR: no OpenBLAS on this machine and none carried (see --prepare-deps in this script)."
+    fi
+  fi
+  if ((${#prefix_path[@]})); then
+    cmake_arguments+=("-DCMAKE_PREFIX_PATH=$(IFS=';'; echo "${prefix_path[*]}")")
+  fi
+
+  # The device keeps ignored build folders between calls, while carried folders are replaced:
+  # configure afresh every run so that no cached path points into an old carry (objects stay).
+  rm -f "$build_dir/CMakeCache.txt"
+  echo "== cmake ${cmake_arguments[*]}"
+  cmake -S "$root" -B "$build_dir" "${cmake_arguments[@]}" &&
+    echo "== build with $jobs jobs" &&
+    timeout "$(seconds_left)" cmake --build "$build_dir" -j "$jobs"
+} >"$logs/build.log" 2>&1
+build_status=$?
+if [[ $build_status -eq 0 && -x "$build_dir/tests/gpu/spattn_gpu_tests" ]]; then
+  built=1
+  record build passed "in ${SECONDS}s with $jobs jobs"
+elif [[ $build_status -eq 124 ]]; then
+  record build failed "stopped by the ${budget_s}s budget: see build.log"
+else
+  record build failed "exit $build_status: see build.log ($(grep -m1 -E 'error:|CMake Error|ERROR:' "$logs/build.log" | cut -c1-150))"
+fi
+gpu_tests="$build_dir/tests/gpu/spattn_gpu_tests"
+
+# ---- gpu-tests -----------------------------------------------------------------------------------------
+if ((built)); then
+  timeout "$(seconds_left)" "$gpu_tests" --gtest_color=no >"$logs/gpu-tests.log" 2>&1
+  status=$?
+  counts="$(gtest_counts "$logs/gpu-tests.log")"
+  if [[ $status -ne 0 ]]; then
+    record gpu-tests failed "exit $status; $counts"
+  elif [[ "$counts" != *"skipped=0"* ]]; then
+    # On a GPU machine a skip means the tests did not see the GPU: that is a failure here.
+    record gpu-tests failed "$counts: tests skipped on a GPU machine (no CUDA device seen)"
+  else
+    record gpu-tests passed "$counts"
+  fi
+else
+  record gpu-tests skipped "no build"
+fi
+
+# ---- memcheck ------------------------------------------------------------------------------------------
+if ! command -v compute-sanitizer >/dev/null; then
+  record memcheck skipped "compute-sanitizer not on PATH"
+elif ((!built)); then
+  record memcheck skipped "no build"
+else
+  # API errors are not reported: the tests provoke some on purpose (a 1 EiB cudaMalloc).
+  timeout "$(seconds_left)" compute-sanitizer --tool memcheck --leak-check full --report-api-errors no \
+    --error-exitcode 1 "$gpu_tests" --gtest_color=no >"$logs/memcheck.log" 2>&1
+  status=$?
+  errors="$(grep -o 'ERROR SUMMARY: [0-9]* error' "$logs/memcheck.log" | tail -1)"
+  counts="$(gtest_counts "$logs/memcheck.log")"
+  if [[ $status -eq 0 ]]; then
+    record memcheck passed "${errors:-no summary}; $counts"
+  else
+    record memcheck failed "exit $status; ${errors:-no summary}; $counts"
+  fi
+fi
+
+# ---- ctest ---------------------------------------------------------------------------------------------
+if ((built)); then
+  left="$(seconds_left)"
+  (cd "$build_dir" && timeout "$left" ctest -j "$jobs" --output-on-failure --timeout "$left") >"$logs/ctest.log" 2>&1
+  status=$?
+  passed="$(grep -cE 'Test +#[0-9]+: .* Passed' "$logs/ctest.log")"
+  skipped="$(grep -cE 'Test +#[0-9]+: .*Skipped' "$logs/ctest.log")"
+  failed="$(grep -cE 'Test +#[0-9]+: .*\*\*\*(Failed|Timeout|Exception|Not Run)' "$logs/ctest.log")"
+  counts="passed=$passed failed=$failed skipped=$skipped"
+  if [[ $status -eq 124 ]]; then
+    record ctest failed "stopped by the ${budget_s}s budget; so far $counts"
+  elif [[ $status -ne 0 ]]; then
+    record ctest failed "exit $status; $counts"
+  else
+    record ctest passed "$counts"
+  fi
+else
+  record ctest skipped "no build"
+fi
+
+echo "logs in $logs"
+exit "$any_failed"
