@@ -14,7 +14,8 @@
 # Its image may lack GoogleTest or OpenBLAS and can fetch nothing. Then, once, on a machine that
 # has them (Debian/Ubuntu packages libgtest-dev/googletest and libopenblas-dev):
 #   bash scripts/device-run.sh --prepare-deps
-# which copies their sources/libraries into build-cuda-deps/ (ignored by git, ~45 MB); name that
+# which copies their sources/libraries and the cudnn-frontend headers (pip nvidia-cudnn-frontend)
+# into build-cuda-deps/ (ignored by git, ~45 MB); name that
 # folder in the device tool's `carry` and this script uses it where the machine has none.
 # SPATTN_DEVICE_BUILD_DIR (default build-device) is where it builds. SPATTN_DEVICE_BUDGET_S
 # (default 570) bounds the whole run: the device tool stops a command after 600 s, and a stage
@@ -40,6 +41,13 @@ prepare_deps() {
   done
   cblas_header="$(echo '#include <cblas.h>' | g++ -x c++ -E -H - 2>&1 >/dev/null | awk '/cblas\.h$/ {print $2; exit}')"
   cp -L "$(dirname "$(readlink -f "$cblas_header")")"/*.h "$deps_dir/openblas/include/"
+  # cudnn-frontend (header-only) for the cuDNN attention: the pip wheel's headers.
+  local frontend_include
+  frontend_include="$(python3 -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/include"
+  [[ -f "$frontend_include/cudnn_frontend.h" ]] ||
+    { echo "no cudnn_frontend.h in $frontend_include: pip install nvidia-cudnn-frontend first"; exit 1; }
+  mkdir -p "$deps_dir/cudnn-frontend/include"
+  cp -r "$frontend_include"/cudnn_frontend* "$frontend_include"/cudnn_backend_base.h "$deps_dir/cudnn-frontend/include/"
   du -sh "$deps_dir"
   echo "carry build-cuda-deps with the device tool's run"
 }

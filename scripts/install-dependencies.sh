@@ -15,3 +15,10 @@ if ((${#missing[@]})); then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
+
+# The CUDA kernels (built only where nvcc is) use cuDNN's attention through the header-only
+# cudnn-frontend; its pip wheel carries the headers (cmake/FindCudnnFrontend.cmake finds them).
+if command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]]; then
+  python3 -c "import sysconfig, os, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()['purelib'], 'include', 'cudnn_frontend.h')))" ||
+    python3 -m pip install --quiet --no-deps nvidia-cudnn-frontend  # only its headers are used
+fi

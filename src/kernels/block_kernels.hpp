@@ -46,6 +46,9 @@ struct BackwardBlock {
   int64_t q_position = 0;  // global position of query row 0
   std::vector<KvGradSegment> segments;
   TensorView dout;   // (B, Sq, H, D)
+  TensorView out;    // (B, Sq, H, D) final output of the full attention, any dtype. The CUDA kernels
+                     // need it (cuDNN's backward recomputes delta from out and dout and takes no
+                     // delta); the CPU kernels use delta and ignore it (may be left empty there).
   TensorView lse;    // (B, H, Sq) fp32, final lse of the full attention; -inf rows are skipped
   TensorView delta;  // (B, H, Sq) fp32, rowsum(dout * out) of the full attention
   AttentionMask mask;

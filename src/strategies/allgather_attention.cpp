@@ -101,7 +101,7 @@ class AllGatherStrategy final : public Strategy {
       std::unique_ptr<PendingTransfer> next_gather;
       if (kv_head + 1 < heads) recorder.compute(kv_head, [&] { next_gather = start_gather(k, v, kv_head + 1, recorder, kv_head); });
       recorder.communication(kv_head, [&] { comm.wait(*gather); });
-      recorder.compute(kv_head, [&] { backward_head(q, dout, lse, kv_head); });
+      recorder.compute(kv_head, [&] { backward_head(q, out, dout, lse, kv_head); });
       // The previous head's sums must land before its buffers are reused by this head's.
       if (reduction) finish_reduction(recorder, *reduction, kv_head - 1, dk, dv, kv_head);
       recorder.sent(kv_head, static_cast<double>(2 * head_elements() * sizeof(float)) * (ranks - 1), ranks - 1);
@@ -214,7 +214,8 @@ class AllGatherStrategy final : public Strategy {
     }
   }
 
-  void backward_head(const TensorView& q, const TensorView& dout, const TensorView& lse, int kv_head) {
+  void backward_head(const TensorView& q, const TensorView& out, const TensorView& dout, const TensorView& lse,
+                     int kv_head) {
     const DeviceBuffer& keys = gathered[kv_head % 2];
     const DeviceBuffer& gradients = gradient_gathered[kv_head % 2];
     kernels->fill(TensorView::contiguous(gradients.data(), DType::f32,
@@ -238,6 +239,7 @@ class AllGatherStrategy final : public Strategy {
       backward_block.q = query_heads(q.slice(1, offset, queries.length), kv_head);
       backward_block.q_position = queries.position;
       backward_block.dout = query_heads(dout.slice(1, offset, queries.length), kv_head);
+      backward_block.out = query_heads(out.slice(1, offset, queries.length), kv_head);
       backward_block.lse = lse_heads(lse.slice(2, offset, queries.length), kv_head);
       backward_block.delta = lse_heads(delta.slice(2, offset, queries.length), kv_head);
       backward_block.mask = mask;

@@ -66,6 +66,7 @@ void local_attention_backward(const TensorView& q, const TensorView& k, const Te
   block.q = q;
   block.segments = {KvGradSegment{KvSegment{k, v, 0}, dk_accumulator, dv_accumulator}};
   block.dout = dout;
+  block.out = out;
   block.lse = lse;
   block.delta = delta;
   block.mask = AttentionMask::from_options(options);

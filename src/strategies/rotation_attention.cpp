@@ -117,7 +117,7 @@ class RotationStrategy final : public Strategy {
       const SlotSet& contribution = kv_gradient_contribution[step % 2];
       recorder.compute(step, [&] {
         fill_slots(contribution, 0.0f);
-        backward_step(q, dout, lse, rotating_kv[current], contribution, step);
+        backward_step(q, out, dout, lse, rotating_kv[current], contribution, step);
       });
       if (gradient_hop) {
         recorder.communication(step, [&] { comm.wait(*gradient_hop); });
@@ -285,8 +285,8 @@ class RotationStrategy final : public Strategy {
 
   // The blocks of one backward step, accumulating into dq and into `gradient` (the gradient of
   // the held slots from this rank's queries).
-  void backward_step(const TensorView& q, const TensorView& dout, const TensorView& lse, const SlotSet& held,
-                     const SlotSet& gradient, int step) {
+  void backward_step(const TensorView& q, const TensorView& out, const TensorView& dout, const TensorView& lse,
+                     const SlotSet& held, const SlotSet& gradient, int step) {
     for (const RotationStepBlock& block : blocks_of_step[static_cast<std::size_t>(step)]) {
       backward_block.segments.clear();
       for (const SlotPiece& piece : block.keys) {
@@ -302,6 +302,7 @@ class RotationStrategy final : public Strategy {
       backward_block.q = q.slice(1, offset, length);
       backward_block.q_position = block.queries.position;
       backward_block.dout = dout.slice(1, offset, length);
+      backward_block.out = out.slice(1, offset, length);
       backward_block.lse = lse.slice(2, offset, length);
       backward_block.delta = delta.slice(2, offset, length);
       backward_block.mask = mask;

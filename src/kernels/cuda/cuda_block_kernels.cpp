@@ -1,0 +1,187 @@
+#include "kernels/cuda/cuda_block_kernels.hpp"
+
+#include <algorithm>
+#include <limits>
+
+#include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/current_device_guard.hpp"
+#include "spattn/error.hpp"
+
+namespace spattn::cuda {
+namespace {
+
+std::size_t bytes_of(DType dtype, int64_t numel) { return static_cast<std::size_t>(numel) * dtype_size(dtype); }
+
+/// A contiguous (B, S, H, D) view of `shape_of`'s shape with `rows` rows, in `dtype`, on `data`.
+TensorView contiguous_rows(void* data, DType dtype, const TensorView& shape_of, int64_t rows, const Device& device) {
+  return TensorView::contiguous(data, dtype, {shape_of.size(0), rows, shape_of.size(2), shape_of.size(3)}, device);
+}
+
+void check_block_tensor(const TensorView& tensor, const char* name, int ndim, const Device& device) {
+  SPATTN_CHECK(tensor.ndim == ndim, name << " is " << tensor.describe() << ", expected " << ndim << " dimensions");
+  SPATTN_CHECK(tensor.device == device,
+               name << " " << tensor.describe() << " must be on " << device_name(device) << " for these kernels");
+}
+
+/// The checks the cuDNN calls cannot make: devices, ranks, fp32 accumulators, shapes of q-rows.
+void check_query_side(const TensorView& q, const TensorView& rows, const char* rows_name, const TensorView& lse,
+                      const Device& device) {
+  check_block_tensor(q, "q", 4, device);
+  check_block_tensor(rows, rows_name, 4, device);
+  check_block_tensor(lse, "lse", 3, device);
+  SPATTN_CHECK(q.dtype != DType::f32, "the CUDA kernels take bf16 or fp16; got fp32 (q " << q.describe()
+                                                                                          << "): cuDNN's fused attention has no fp32 path");
+  for (int d = 0; d < 4; ++d)
+    SPATTN_CHECK(rows.size(d) == q.size(d), rows_name << " " << rows.describe() << " must have q's shape " << q.describe());
+  SPATTN_CHECK(lse.size(0) == q.size(0) && lse.size(1) == q.size(2) && lse.size(2) == q.size(1),
+               "lse " << lse.describe() << " must be (B, H, Sq) for q " << q.describe());
+  SPATTN_CHECK(lse.dtype == DType::f32, "lse " << lse.describe() << " must be fp32");
+}
+
+void check_segment(const KvSegment& segment, const TensorView& q, const Device& device) {
+  check_block_tensor(segment.k, "k", 4, device);
+  check_block_tensor(segment.v, "v", 4, device);
+  SPATTN_CHECK(segment.k.size(0) == q.size(0) && segment.k.size(3) == q.size(3),
+               "k " << segment.k.describe() << " does not match q " << q.describe());
+}
+
+}  // namespace
+
+CudaBlockKernels::CudaBlockKernels(const Device& device)
+    : elementwise_(device), attention_(device, elementwise_.stream()) {}
+
+CudaBlockKernels::CudaBlockKernels(const Device& device, cudaStream_t stream)
+    : elementwise_(device, stream), attention_(device, stream) {}
+
+CudaBlockKernels::~CudaBlockKernels() {
+  // Queued work may still use the scratch buffers; a destructor must not throw.
+  try {
+    CurrentDeviceGuard guard(elementwise_.device().index);
+    cudaStreamSynchronize(elementwise_.stream());
+    for (Scratch* buffer : {&out_, &stats_, &dk_, &dv_, &final_out_, &final_dout_})
+      if (buffer->data != nullptr) cudaFree(buffer->data);
+  } catch (...) {  // no device to switch to: nothing left to release on it
+  }
+}
+
+void* CudaBlockKernels::scratch(Scratch& buffer, std::size_t bytes) {
+  if (bytes <= buffer.bytes) return buffer.data;
+  if (buffer.data != nullptr) {
+    elementwise_.synchronize();  // queued work may still read the old buffer
+    elementwise_.deallocate(buffer.data);
+    buffer = Scratch{};
+  }
+  buffer.data = elementwise_.allocate(bytes);
+  buffer.bytes = bytes;
+  return buffer.data;
+}
+
+void CudaBlockKernels::forward(const ForwardBlock& block) {
+  const Device device = elementwise_.device();
+  check_query_side(block.q, block.out, "out", block.lse, device);
+  SPATTN_CHECK(block.out.dtype == DType::f32, "out " << block.out.describe() << " must be fp32");
+  for (const KvSegment& segment : block.segments) check_segment(segment, block.q, device);
+
+  // out = 0, lse = -inf: then every piece merges in; rows that see no key stay so.
+  elementwise_.fill(block.out, 0.0f);
+  elementwise_.fill(block.lse, -std::numeric_limits<float>::infinity());
+  const TensorView& q = block.q;
+  for (const KvSegment& segment : block.segments) {
+    const auto pieces = plan_cudnn_pieces(q.size(1), block.q_position, segment.k.size(1), segment.position, block.mask);
+    for (const CudnnPiece& piece : pieces) {
+      void* out_data = scratch(out_, bytes_of(q.dtype, q.size(0) * piece.q_count * q.size(2) * q.size(3)));
+      void* stats_data = scratch(stats_, bytes_of(DType::f32, q.size(0) * q.size(2) * piece.q_count));
+      TensorView piece_out = contiguous_rows(out_data, q.dtype, q, piece.q_count, device);
+      TensorView piece_lse =
+          TensorView::contiguous(stats_data, DType::f32, {q.size(0), q.size(2), piece.q_count}, device);
+      attention_.forward(q.slice(1, piece.q_begin, piece.q_count), segment.k.slice(1, piece.k_begin, piece.k_count),
+                         segment.v.slice(1, piece.k_begin, piece.k_count), piece, block.scale, piece_out, piece_lse);
+      // out' = out * exp(lse - lse') + piece_out * exp(piece_lse - lse')
+      elementwise_.merge(piece_out, piece_lse, block.out.slice(1, piece.q_begin, piece.q_count),
+                         block.lse.slice(2, piece.q_begin, piece.q_count));
+    }
+  }
+}
+
+void CudaBlockKernels::backward(const BackwardBlock& block) {
+  const Device device = elementwise_.device();
+  const TensorView& q = block.q;
+  check_query_side(q, block.dout, "dout", block.lse, device);
+  SPATTN_CHECK(block.out.data != nullptr,
+               "the CUDA backward needs BackwardBlock::out, the final output of the attention: cuDNN recomputes "
+               "delta = rowsum(dout * out) itself and takes no delta");
+  check_query_side(q, block.out, "out", block.lse, device);
+  check_query_side(q, block.dq, "dq", block.lse, device);
+  SPATTN_CHECK(block.dq.dtype == DType::f32, "dq " << block.dq.describe() << " must be fp32");
+  for (const KvGradSegment& segment : block.segments) {
+    check_segment(segment.kv, q, device);
+    check_block_tensor(segment.dk, "dk", 4, device);
+    check_block_tensor(segment.dv, "dv", 4, device);
+    SPATTN_CHECK(segment.dk.dtype == DType::f32 && segment.dv.dtype == DType::f32,
+                 "dk " << segment.dk.describe() << " and dv " << segment.dv.describe() << " must be fp32");
+  }
+
+  // cuDNN takes out and dout in q's dtype with head_dim contiguous: convert once per block.
+  const auto in_q_dtype = [&](const TensorView& view, Scratch& buffer) {
+    if (view.dtype == q.dtype && view.stride(3) == 1) return view;
+    TensorView converted = contiguous_rows(scratch(buffer, bytes_of(q.dtype, view.numel())), q.dtype, view,
+                                           view.size(1), device);
+    elementwise_.copy(view, converted);
+    return converted;
+  };
+  const TensorView out = in_q_dtype(block.out, final_out_);
+  const TensorView dout = in_q_dtype(block.dout, final_dout_);
+
+  for (const KvGradSegment& segment : block.segments) {
+    const TensorView& k = segment.kv.k;
+    const auto pieces = plan_cudnn_pieces(q.size(1), block.q_position, k.size(1), segment.kv.position, block.mask);
+    for (const CudnnPiece& piece : pieces) {
+      const int64_t kv_elements = k.size(0) * piece.k_count * k.size(2) * k.size(3);
+      TensorView piece_dq = contiguous_rows(
+          scratch(out_, bytes_of(q.dtype, q.size(0) * piece.q_count * q.size(2) * q.size(3))), q.dtype, q,
+          piece.q_count, device);
+      TensorView piece_dk = contiguous_rows(scratch(dk_, bytes_of(q.dtype, kv_elements)), q.dtype, k, piece.k_count,
+                                            device);
+      TensorView piece_dv = contiguous_rows(scratch(dv_, bytes_of(q.dtype, kv_elements)), q.dtype, k, piece.k_count,
+                                            device);
+      // cuDNN's stats must be (B, H, n) contiguous: the piece's rows of the final lse, copied.
+      TensorView piece_lse = TensorView::contiguous(
+          scratch(stats_, bytes_of(DType::f32, q.size(0) * q.size(2) * piece.q_count)), DType::f32,
+          {q.size(0), q.size(2), piece.q_count}, device);
+      elementwise_.copy(block.lse.slice(2, piece.q_begin, piece.q_count), piece_lse);
+
+      attention_.backward(q.slice(1, piece.q_begin, piece.q_count), k.slice(1, piece.k_begin, piece.k_count),
+                          segment.kv.v.slice(1, piece.k_begin, piece.k_count),
+                          out.slice(1, piece.q_begin, piece.q_count), dout.slice(1, piece.q_begin, piece.q_count),
+                          piece_lse, piece, block.scale, piece_dq, piece_dk, piece_dv);
+      elementwise_.add(piece_dq, block.dq.slice(1, piece.q_begin, piece.q_count));
+      elementwise_.add(piece_dk, segment.dk.slice(1, piece.k_begin, piece.k_count));
+      elementwise_.add(piece_dv, segment.dv.slice(1, piece.k_begin, piece.k_count));
+    }
+  }
+}
+
+void CudaBlockKernels::merge(const TensorView& partial_out, const TensorView& partial_lse, TensorView running_out,
+                             TensorView running_lse) {
+  elementwise_.merge(partial_out, partial_lse, running_out, running_lse);
+}
+
+void CudaBlockKernels::softmax_delta(const TensorView& out, const TensorView& dout, TensorView delta) {
+  elementwise_.softmax_delta(out, dout, delta);
+}
+
+void CudaBlockKernels::copy(const TensorView& src, TensorView dst) { elementwise_.copy(src, dst); }
+
+void CudaBlockKernels::fill(TensorView dst, float value) { elementwise_.fill(dst, value); }
+
+void CudaBlockKernels::add(const TensorView& source, TensorView destination) { elementwise_.add(source, destination); }
+
+void* CudaBlockKernels::allocate(std::size_t bytes) { return elementwise_.allocate(bytes); }
+
+void CudaBlockKernels::deallocate(void* pointer) { elementwise_.deallocate(pointer); }
+
+std::unique_ptr<BlockKernels> make_cuda_block_kernels(const Device& device) {
+  return std::make_unique<CudaBlockKernels>(device);
+}
+
+}  // namespace spattn::cuda

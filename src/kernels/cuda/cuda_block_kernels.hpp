@@ -1,0 +1,72 @@
+#pragma once
+// The CUDA BlockKernels: attention blocks through cuDNN's fused attention (CudnnAttention, one
+// call per piece of every (query block, key segment) pair), merged and accumulated by the
+// element-wise kernels, all on one stream. Takes bf16 or fp16 q, k, v (cuDNN has no fp32 path).
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <memory>
+
+#include "kernels/block_kernels.hpp"
+#include "kernels/cuda/cuda_elementwise_kernels.hpp"
+#include "kernels/cuda/cudnn_attention.hpp"
+
+namespace spattn::cuda {
+
+class CudaBlockKernels final : public BlockKernels {
+ public:
+  /// On `device` in a non-blocking stream of its own.
+  explicit CudaBlockKernels(const Device& device);
+  /// On `device` in the caller's `stream` (see CudaElementwiseKernels).
+  CudaBlockKernels(const Device& device, cudaStream_t stream);
+  ~CudaBlockKernels() override;
+
+  Device device() const override { return elementwise_.device(); }
+  cudaStream_t stream() const { return elementwise_.stream(); }
+
+  /// For every segment, every piece (plan_cudnn_pieces): cuDNN forward into a workspace (input
+  /// dtype out, fp32 lse), merged into block.out / block.lse, which start at out 0, lse -inf.
+  void forward(const ForwardBlock& block) override;
+  /// For every segment, every piece: cuDNN backward with the final lse (block.lse) and final
+  /// output (block.out, required here), gradients in the input dtype in workspaces, added into
+  /// block.dq and the segment's dk, dv. block.delta is not read (cuDNN recomputes it from out).
+  void backward(const BackwardBlock& block) override;
+
+  void merge(const TensorView& partial_out, const TensorView& partial_lse, TensorView running_out,
+             TensorView running_lse) override;
+  void softmax_delta(const TensorView& out, const TensorView& dout, TensorView delta) override;
+  void copy(const TensorView& src, TensorView dst) override;
+  void fill(TensorView dst, float value) override;
+  void add(const TensorView& source, TensorView destination) override;
+  void* allocate(std::size_t bytes) override;
+  void deallocate(void* pointer) override;
+
+  /// Waits on the host for everything enqueued so far (tests).
+  void synchronize() { elementwise_.synchronize(); }
+  /// cuDNN graphs built so far (tests of the cache).
+  std::size_t cached_graphs() const { return attention_.cached_graphs(); }
+
+ private:
+  /// Device scratch that only grows: reused by every call, reallocated (after the stream has
+  /// drained) only when a larger block comes.
+  struct Scratch {
+    void* data = nullptr;
+    std::size_t bytes = 0;
+  };
+  void* scratch(Scratch& buffer, std::size_t bytes);
+
+  CudaElementwiseKernels elementwise_;
+  CudnnAttention attention_;
+  Scratch out_;    // forward: piece out (B, n, H, D); backward: dq (B, n, H, D)
+  Scratch stats_;  // piece lse (B, H, n) fp32
+  Scratch dk_;     // backward: (B, m, HK, D)
+  Scratch dv_;     // backward: (B, m, HK, D)
+  Scratch final_out_;   // backward: block.out in q's dtype when it comes in another dtype
+  Scratch final_dout_;  // backward: block.dout in q's dtype when it comes in another dtype
+};
+
+/// The CUDA kernels of `device` (Device{cuda, i}) on a stream of their own.
+std::unique_ptr<BlockKernels> make_cuda_block_kernels(const Device& device);
+
+}  // namespace spattn::cuda

@@ -1,0 +1,443 @@
+// The CUDA BlockKernels (cuDNN fused attention) against an fp64 reference of the same block and
+// against the CPU kernels: bf16 and fp16, head_dim 64 and 128, GQA 8:2, masks none / causal /
+// sliding windows, queries and key segments at different global positions (a zigzag query chunk
+// against two non-adjacent segments, a diagonal block, a block of nonzero offset that is partly
+// masked, rows that see no key at all). Outputs are NaN-poisoned so unwritten elements show.
+//
+// Tolerance: cuDNN rounds the probabilities P to the input dtype before P.V and writes out and
+// the gradients of each piece in the input dtype, so its error is a few units of that dtype's
+// rounding (bf16: 2^-8 = 3.9e-3, fp16: 2^-11 = 4.9e-4), while the CPU kernels keep fp32 and are
+// near fp64. So the bound is fixed, relative to the largest reference magnitude of each tensor:
+// 2e-2 for bf16 and 5e-3 for fp16 (about 5 and 10 units), plus that relative bound per element.
+// The plan of cuDNN calls (CudnnPieces) is checked without a GPU, on every machine.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cuda_test_support.hpp"
+#include "kernels/cuda/cuda_block_kernels.hpp"
+#include "kernels/cuda/cudnn_attention.hpp"
+#include "spattn/error.hpp"
+#include "spattn/reference_attention.hpp"
+
+namespace spattn::test {
+namespace {
+
+constexpr double kMinusInfinity = -std::numeric_limits<double>::infinity();
+
+// ---- the plan of cuDNN calls, checked everywhere (no GPU needed) ---------------------------------
+
+TEST(CudnnPieces, CoverEveryVisiblePairExactlyOnceWithBoundsCudnnAccepts) {
+  std::mt19937 generator(7);
+  std::uniform_int_distribution<int64_t> size(1, 40), position(0, 120), bound(-1, 30);
+  for (int trial = 0; trial < 4000; ++trial) {
+    const int64_t q_count = size(generator), k_count = size(generator);
+    const int64_t q_position = position(generator), k_position = position(generator);
+    AttentionMask mask;
+    mask.left = bound(generator);
+    mask.right = trial % 3 == 0 ? 0 : bound(generator);
+    SCOPED_TRACE("q " + std::to_string(q_count) + " at " + std::to_string(q_position) + ", k " +
+                 std::to_string(k_count) + " at " + std::to_string(k_position) + ", left " +
+                 std::to_string(mask.left) + " right " + std::to_string(mask.right));
+    const auto pieces = cuda::plan_cudnn_pieces(q_count, q_position, k_count, k_position, mask);
+    ASSERT_LE(pieces.size(), 2u);
+    std::vector<int> covered(static_cast<std::size_t>(q_count * k_count), 0);
+    for (const cuda::CudnnPiece& piece : pieces) {
+      ASSERT_GT(piece.q_count, 0);
+      ASSERT_GT(piece.k_count, 0);
+      ASSERT_GE(piece.q_begin, 0);
+      ASSERT_LE(piece.q_begin + piece.q_count, q_count);
+      ASSERT_GE(piece.k_begin, 0);
+      ASSERT_LE(piece.k_begin + piece.k_count, k_count);
+      ASSERT_TRUE(piece.right_bound == -1 || piece.right_bound >= 0);
+      ASSERT_TRUE(piece.left_bound == -1 || piece.left_bound >= 1);
+      // cuDNN's sliding window (a left bound) needs no more query rows than keys.
+      if (piece.left_bound >= 0) {
+        ASSERT_LE(piece.q_count, piece.k_count);
+      }
+      for (int64_t r = 0; r < piece.q_count; ++r) {
+        bool row_sees_a_key = false;
+        for (int64_t c = 0; c < piece.k_count; ++c)
+          if (piece.visible(r, c)) {
+            row_sees_a_key = true;
+            ++covered[static_cast<std::size_t>((piece.q_begin + r) * k_count + piece.k_begin + c)];
+          }
+        ASSERT_TRUE(row_sees_a_key) << "row " << r << " of a piece sees none of its keys";
+      }
+    }
+    for (int64_t i = 0; i < q_count; ++i)
+      for (int64_t j = 0; j < k_count; ++j)
+        ASSERT_EQ(covered[static_cast<std::size_t>(i * k_count + j)],
+                  mask.visible(q_position + i, k_position + j) ? 1 : 0)
+            << "query " << i << ", key " << j;
+  }
+}
+
+// ---- the fp64 reference of one block --------------------------------------------------------------
+
+struct SegmentSpec {
+  int64_t keys;
+  int64_t position;
+};
+
+struct BlockCase {
+  std::string name;
+  int64_t q_rows;
+  int64_t q_position;
+  std::vector<SegmentSpec> segments;
+  AttentionMask mask;
+};
+
+/// The inputs and fp64 results of one block: queries over the concatenation of the segments.
+struct BlockProblem {
+  HostTensor q, dout;
+  std::vector<HostTensor> k, v;
+  std::vector<double> out, lse, dq;           // (B, Sq, H, D), (B, H, Sq), (B, Sq, H, D)
+  std::vector<std::vector<double>> dk, dv;    // per segment (B, Sk, HK, D)
+};
+
+constexpr int64_t kBatch = 2, kHeads = 8, kKvHeads = 2;
+
+BlockProblem make_problem(const BlockCase& c, DType dtype, int64_t head_dim, float scale, std::mt19937& generator) {
+  BlockProblem p;
+  p.q = HostTensor(dtype, {kBatch, c.q_rows, kHeads, head_dim});
+  p.dout = HostTensor(dtype, {kBatch, c.q_rows, kHeads, head_dim});
+  p.q.randomize(generator);
+  p.dout.randomize(generator);
+  for (const SegmentSpec& s : c.segments) {
+    p.k.emplace_back(dtype, std::initializer_list<int64_t>{kBatch, s.keys, kKvHeads, head_dim});
+    p.v.emplace_back(dtype, std::initializer_list<int64_t>{kBatch, s.keys, kKvHeads, head_dim});
+    p.k.back().randomize(generator);
+    p.v.back().randomize(generator);
+  }
+  const int64_t S = c.q_rows, D = head_dim, group = kHeads / kKvHeads;
+  const auto qi = [&](int64_t b, int64_t i, int64_t h, int64_t d) { return ((b * S + i) * kHeads + h) * D + d; };
+  p.out.assign(static_cast<std::size_t>(kBatch * S * kHeads * D), 0.0);
+  p.dq.assign(p.out.size(), 0.0);
+  p.lse.assign(static_cast<std::size_t>(kBatch * kHeads * S), kMinusInfinity);
+  for (const SegmentSpec& s : c.segments) {
+    p.dk.emplace_back(static_cast<std::size_t>(kBatch * s.keys * kKvHeads * D), 0.0);
+    p.dv.emplace_back(p.dk.back().size(), 0.0);
+  }
+  const std::vector<double> q = p.q.values(), dout = p.dout.values();
+  std::vector<std::vector<double>> k, v;
+  for (std::size_t s = 0; s < c.segments.size(); ++s) {
+    k.push_back(p.k[s].values());
+    v.push_back(p.v[s].values());
+  }
+  for (int64_t b = 0; b < kBatch; ++b)
+    for (int64_t h = 0; h < kHeads; ++h)
+      for (int64_t i = 0; i < S; ++i) {
+        // scores of every visible key: (segment, key, scale * q.k)
+        struct Score { std::size_t s; int64_t j; double value; };
+        std::vector<Score> scores;
+        double max_score = kMinusInfinity;
+        for (std::size_t s = 0; s < c.segments.size(); ++s)
+          for (int64_t j = 0; j < c.segments[s].keys; ++j) {
+            if (!c.mask.visible(c.q_position + i, c.segments[s].position + j)) continue;
+            const auto ki = [&](int64_t d) { return ((b * c.segments[s].keys + j) * kKvHeads + h / group) * D + d; };
+            double dot = 0;
+            for (int64_t d = 0; d < D; ++d) dot += q[qi(b, i, h, d)] * k[s][ki(d)];
+            scores.push_back({s, j, scale * dot});
+            max_score = std::max(max_score, scale * dot);
+          }
+        if (scores.empty()) continue;
+        double sum = 0;
+        for (const Score& sc : scores) sum += std::exp(sc.value - max_score);
+        const double lse = max_score + std::log(sum);
+        p.lse[static_cast<std::size_t>((b * kHeads + h) * S + i)] = lse;
+        // out = sum_j P_j v_j;  delta = dout . out;  dS_j = P_j (dout . v_j - delta)
+        std::vector<double> out_row(static_cast<std::size_t>(D), 0.0);
+        for (const Score& sc : scores) {
+          const double probability = std::exp(sc.value - lse);
+          for (int64_t d = 0; d < D; ++d)
+            out_row[d] += probability * v[sc.s][((b * c.segments[sc.s].keys + sc.j) * kKvHeads + h / group) * D + d];
+        }
+        double delta = 0;
+        for (int64_t d = 0; d < D; ++d) {
+          p.out[qi(b, i, h, d)] = out_row[d];
+          delta += dout[qi(b, i, h, d)] * out_row[d];
+        }
+        for (const Score& sc : scores) {
+          const double probability = std::exp(sc.value - lse);
+          const int64_t base = ((b * c.segments[sc.s].keys + sc.j) * kKvHeads + h / group) * D;
+          double dp = 0;
+          for (int64_t d = 0; d < D; ++d) dp += dout[qi(b, i, h, d)] * v[sc.s][base + d];
+          const double ds = probability * (dp - delta);
+          for (int64_t d = 0; d < D; ++d) {
+            p.dv[sc.s][base + d] += probability * dout[qi(b, i, h, d)];
+            p.dq[qi(b, i, h, d)] += scale * ds * k[sc.s][base + d];
+            p.dk[sc.s][base + d] += scale * ds * q[qi(b, i, h, d)];
+          }
+        }
+      }
+  return p;
+}
+
+/// An fp32 host tensor of `values` in `shape` (the reference's out and lse handed to backward).
+HostTensor host_f32(const std::vector<double>& values, std::initializer_list<int64_t> shape) {
+  HostTensor tensor(DType::f32, shape);
+  for (int64_t i = 0; i < tensor.numel(); ++i) tensor.set(i, values[static_cast<std::size_t>(i)]);
+  return tensor;
+}
+
+/// |actual - expected| <= tolerance * (max |expected| + |expected|) + floor everywhere; -inf at
+/// the same places; NaN anywhere (an element never written) fails. Prints the worst element.
+void expect_near_reference(const std::vector<double>& expected, const HostTensor& actual, double tolerance,
+                           const std::string& what) {
+  ASSERT_EQ(static_cast<int64_t>(expected.size()), actual.numel()) << what;
+  double scale = 0;
+  for (double e : expected)
+    if (std::isfinite(e)) scale = std::max(scale, std::abs(e));
+  double worst = 0;
+  int64_t worst_index = -1, unwritten = 0, misplaced_infinities = 0, over = 0;
+  for (int64_t i = 0; i < actual.numel(); ++i) {
+    const double a = actual.at(i), e = expected[static_cast<std::size_t>(i)];
+    if (std::isnan(a)) { ++unwritten; continue; }
+    if (std::isinf(e) || std::isinf(a)) { misplaced_infinities += (a != e); continue; }
+    const double error = std::abs(a - e);
+    if (error > tolerance * (scale + std::abs(e)) + 1e-6) ++over;
+    if (error > worst) { worst = error; worst_index = i; }
+  }
+  EXPECT_EQ(unwritten, 0) << what << ": " << unwritten << " elements are NaN (never written?)";
+  EXPECT_EQ(misplaced_infinities, 0) << what << ": -inf (rows that see no key) at other places than expected";
+  EXPECT_EQ(over, 0) << what << ": " << over << " elements over tolerance " << tolerance << " x (max |expected| "
+                     << scale << " + |expected|); worst error " << worst << " at element " << worst_index
+                     << (worst_index >= 0 ? " (expected " + std::to_string(expected[worst_index]) + ", got " +
+                                                std::to_string(actual.at(worst_index)) + ")"
+                                          : std::string());
+}
+
+std::vector<double> values_of(const HostTensor& tensor) { return tensor.values(); }
+
+class CudnnBlockKernels : public CudaKernelTest {
+ protected:
+  void SetUp() override {
+    CudaKernelTest::SetUp();
+    if (IsSkipped()) return;
+    kernels_ = std::make_unique<cuda::CudaBlockKernels>(Device{DeviceKind::cuda, 0}, gpu_->stream());
+  }
+
+  /// Forward and backward of `c` on the GPU and the CPU, both compared with the fp64 reference.
+  void check_case(const BlockCase& c, DType dtype, int64_t head_dim) {
+    SCOPED_TRACE(c.name + ", " + dtype_name(dtype) + ", head_dim " + std::to_string(head_dim));
+    const double tolerance = dtype == DType::bf16 ? 2e-2 : 5e-3;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+    BlockProblem p = make_problem(c, dtype, head_dim, scale, generator_);
+    const int64_t S = c.q_rows;
+
+    // ---- forward: out, lse poisoned with NaN so that unwritten elements show
+    HostTensor out(DType::f32, {kBatch, S, kHeads, head_dim}), lse(DType::f32, {kBatch, kHeads, S});
+    out.poison();
+    lse.poison();
+    HostTensor cpu_out = out, cpu_lse = lse;
+    DeviceTwin q_gpu(*gpu_, p.q), out_gpu(*gpu_, out), lse_gpu(*gpu_, lse), dout_gpu(*gpu_, p.dout);
+    std::vector<std::unique_ptr<DeviceTwin>> k_gpu, v_gpu;
+    ForwardBlock gpu_block, cpu_block;
+    gpu_block.q = q_gpu.view();
+    cpu_block.q = p.q.view();
+    for (std::size_t s = 0; s < c.segments.size(); ++s) {
+      k_gpu.push_back(std::make_unique<DeviceTwin>(*gpu_, p.k[s]));
+      v_gpu.push_back(std::make_unique<DeviceTwin>(*gpu_, p.v[s]));
+      gpu_block.segments.push_back({k_gpu.back()->view(), v_gpu.back()->view(), c.segments[s].position});
+      cpu_block.segments.push_back({p.k[s].view(), p.v[s].view(), c.segments[s].position});
+    }
+    for (ForwardBlock* block : {&gpu_block, &cpu_block}) {
+      block->q_position = c.q_position;
+      block->mask = c.mask;
+      block->scale = scale;
+    }
+    gpu_block.out = out_gpu.view();
+    gpu_block.lse = lse_gpu.view();
+    cpu_block.out = cpu_out.view();
+    cpu_block.lse = cpu_lse.view();
+    kernels_->forward(gpu_block);
+    cpu_->forward(cpu_block);
+    const HostTensor gpu_out = out_gpu.download(), gpu_lse = lse_gpu.download();
+    expect_near_reference(p.out, gpu_out, tolerance, "cuDNN out vs fp64");
+    expect_near_reference(p.lse, gpu_lse, 1e-3, "cuDNN lse vs fp64");
+    expect_near_reference(values_of(cpu_out), gpu_out, tolerance, "cuDNN out vs the CPU kernels");
+    expect_near_reference(values_of(cpu_lse), gpu_lse, 1e-3, "cuDNN lse vs the CPU kernels");
+
+    // ---- backward with the reference's final out and lse (fp32), gradients accumulated from 0
+    HostTensor final_out = host_f32(p.out, {kBatch, S, kHeads, head_dim});
+    HostTensor final_lse = host_f32(p.lse, {kBatch, kHeads, S});
+    HostTensor delta(DType::f32, {kBatch, kHeads, S});
+    cpu_->softmax_delta(final_out.view(), p.dout.view(), delta.view());
+    HostTensor dq(DType::f32, {kBatch, S, kHeads, head_dim});
+    dq.fill(0.0);
+    HostTensor cpu_dq = dq;
+    DeviceTwin final_out_gpu(*gpu_, final_out), final_lse_gpu(*gpu_, final_lse), delta_gpu(*gpu_, delta),
+        dq_gpu(*gpu_, dq);
+    std::vector<HostTensor> dk, dv, cpu_dk, cpu_dv;
+    for (const SegmentSpec& s : c.segments) {
+      dk.emplace_back(DType::f32, std::initializer_list<int64_t>{kBatch, s.keys, kKvHeads, head_dim});
+      dk.back().fill(0.0);
+      dv.push_back(dk.back());
+    }
+    cpu_dk = dk;
+    cpu_dv = dv;
+    std::vector<std::unique_ptr<DeviceTwin>> dk_gpu, dv_gpu;
+    BackwardBlock gpu_backward, cpu_backward;
+    for (std::size_t s = 0; s < c.segments.size(); ++s) {
+      dk_gpu.push_back(std::make_unique<DeviceTwin>(*gpu_, dk[s]));
+      dv_gpu.push_back(std::make_unique<DeviceTwin>(*gpu_, dv[s]));
+      gpu_backward.segments.push_back({gpu_block.segments[s], dk_gpu.back()->view(), dv_gpu.back()->view()});
+      cpu_backward.segments.push_back({cpu_block.segments[s], cpu_dk[s].view(), cpu_dv[s].view()});
+    }
+    gpu_backward.q = q_gpu.view();
+    gpu_backward.dout = dout_gpu.view();
+    gpu_backward.out = final_out_gpu.view();
+    gpu_backward.lse = final_lse_gpu.view();
+    gpu_backward.delta = delta_gpu.view();
+    gpu_backward.dq = dq_gpu.view();
+    cpu_backward.q = p.q.view();
+    cpu_backward.dout = p.dout.view();
+    cpu_backward.out = final_out.view();
+    cpu_backward.lse = final_lse.view();
+    cpu_backward.delta = delta.view();
+    cpu_backward.dq = cpu_dq.view();
+    for (BackwardBlock* block : {&gpu_backward, &cpu_backward}) {
+      block->q_position = c.q_position;
+      block->mask = c.mask;
+      block->scale = scale;
+    }
+    kernels_->backward(gpu_backward);
+    cpu_->backward(cpu_backward);
+    const HostTensor gpu_dq = dq_gpu.download();
+    expect_near_reference(p.dq, gpu_dq, tolerance, "cuDNN dq vs fp64");
+    expect_near_reference(values_of(cpu_dq), gpu_dq, tolerance, "cuDNN dq vs the CPU kernels");
+    for (std::size_t s = 0; s < c.segments.size(); ++s) {
+      const std::string segment = " of segment " + std::to_string(s);
+      const HostTensor gpu_dk = dk_gpu[s]->download(), gpu_dv = dv_gpu[s]->download();
+      expect_near_reference(p.dk[s], gpu_dk, tolerance, "cuDNN dk" + segment + " vs fp64");
+      expect_near_reference(p.dv[s], gpu_dv, tolerance, "cuDNN dv" + segment + " vs fp64");
+      expect_near_reference(values_of(cpu_dk[s]), gpu_dk, tolerance, "cuDNN dk" + segment + " vs the CPU kernels");
+      expect_near_reference(values_of(cpu_dv[s]), gpu_dv, tolerance, "cuDNN dv" + segment + " vs the CPU kernels");
+    }
+  }
+
+  void check_all(const BlockCase& c) {
+    for (DType dtype : {DType::bf16, DType::f16})
+      for (int64_t head_dim : {64, 128}) check_case(c, dtype, head_dim);
+  }
+
+  std::unique_ptr<cuda::CudaBlockKernels> kernels_;
+};
+
+const AttentionMask kNoMask{-1, -1};
+const AttentionMask kCausal{-1, 0};
+
+TEST_F(CudnnBlockKernels, NoMaskTwoSegments) {
+  check_all({"no mask, q 96 at 0 vs segments 64 at 0 and 80 at 500", 96, 0, {{64, 0}, {80, 500}}, kNoMask});
+}
+
+TEST_F(CudnnBlockKernels, CausalZigzagChunkAgainstTwoNonAdjacentSegments) {
+  // q [256, 352) vs keys [0, 64) (all visible) and [320, 384) (rows 0..63 see none, the rest a
+  // shifted diagonal).
+  check_all({"causal zigzag: q 96 at 256 vs 64 at 0 and 64 at 320", 96, 256, {{64, 0}, {64, 320}}, kCausal});
+}
+
+TEST_F(CudnnBlockKernels, CausalDiagonalBlockOfOffsetZero) {
+  check_all({"causal diagonal: q 128 at 384 vs 128 at 384", 128, 384, {{128, 384}}, kCausal});
+}
+
+TEST_F(CudnnBlockKernels, CausalBlockOfNonzeroOffsetPartlyMasked) {
+  // d = q_position - k_position = 40: top-left right bound 40.
+  check_all({"causal offset 40: q 80 at 100 vs 100 at 60", 80, 100, {{100, 60}}, kCausal});
+}
+
+TEST_F(CudnnBlockKernels, CausalRowsThatSeeNoKey) {
+  // q [0, 64) vs keys [32, 96): rows 0..31 see nothing (lse -inf, out 0, no gradient).
+  check_all({"causal, rows without keys: q 64 at 0 vs 64 at 32", 64, 0, {{64, 32}}, kCausal});
+}
+
+TEST_F(CudnnBlockKernels, SlidingWindowAgainstTwoSegments) {
+  // window 50 to the left, causal: both the right-bounded piece and the band piece.
+  check_all({"window (50, 0): q 96 at 200 vs 128 at 100 and 64 at 250", 96, 200, {{128, 100}, {64, 250}},
+             AttentionMask{50, 0}});
+}
+
+TEST_F(CudnnBlockKernels, TwoSidedWindow) {
+  check_all({"window (30, 20): q 64 at 64 vs 128 at 0", 64, 64, {{128, 0}}, AttentionMask{30, 20}});
+}
+
+TEST_F(CudnnBlockKernels, WholeSequenceMatchesReferenceAttention) {
+  // The block that is the whole attention (queries at 0, keys split in two segments) against
+  // spattn::reference_attention of the full sequence, causal and windowed.
+  for (const bool causal : {true, false}) {
+    SCOPED_TRACE(causal ? "causal" : "window (40, 16)");
+    AttentionOptions options;
+    options.causal = causal;
+    if (!causal) {
+      options.window_left = 40;
+      options.window_right = 16;
+    }
+    const int64_t S = 160, D = 64;
+    options.softmax_scale = 1.0f / std::sqrt(static_cast<float>(D));
+    HostTensor q(DType::bf16, {kBatch, S, kHeads, D}), k(DType::bf16, {kBatch, S, kKvHeads, D}),
+        v(DType::bf16, {kBatch, S, kKvHeads, D});
+    q.randomize(generator_);
+    k.randomize(generator_);
+    v.randomize(generator_);
+    const ReferenceResult reference = reference_attention(q.view(), k.view(), v.view(), TensorView{}, options);
+    HostTensor out(DType::f32, {kBatch, S, kHeads, D}), lse(DType::f32, {kBatch, kHeads, S});
+    out.poison();
+    lse.poison();
+    DeviceTwin q_gpu(*gpu_, q), k_gpu(*gpu_, k), v_gpu(*gpu_, v), out_gpu(*gpu_, out), lse_gpu(*gpu_, lse);
+    ForwardBlock block;
+    block.q = q_gpu.view();
+    block.q_position = 0;
+    block.segments.push_back({k_gpu.twin(k.view().slice(1, 0, 70)), v_gpu.twin(v.view().slice(1, 0, 70)), 0});
+    block.segments.push_back({k_gpu.twin(k.view().slice(1, 70, S - 70)), v_gpu.twin(v.view().slice(1, 70, S - 70)), 70});
+    block.mask = AttentionMask::from_options(options);
+    block.scale = *options.softmax_scale;
+    block.out = out_gpu.view();
+    block.lse = lse_gpu.view();
+    kernels_->forward(block);
+    expect_near_reference(reference.out, out_gpu.download(), 2e-2, "cuDNN out vs reference_attention");
+    expect_near_reference(reference.lse, lse_gpu.download(), 1e-3, "cuDNN lse vs reference_attention");
+  }
+}
+
+TEST_F(CudnnBlockKernels, GraphsAreBuiltOncePerShape) {
+  const BlockCase c{"causal offset 40", 80, 100, {{100, 60}}, kCausal};
+  check_case(c, DType::bf16, 64);
+  const std::size_t graphs = kernels_->cached_graphs();
+  EXPECT_GT(graphs, 0u);
+  check_case(c, DType::bf16, 64);
+  EXPECT_EQ(kernels_->cached_graphs(), graphs) << "the same shapes built new cuDNN graphs";
+}
+
+TEST_F(CudnnBlockKernels, Fp32InputsAreRefusedClearly) {
+  HostTensor q(DType::f32, {1, 16, 2, 64}), k(DType::f32, {1, 16, 2, 64}), out(DType::f32, {1, 16, 2, 64}),
+      lse(DType::f32, {1, 2, 16});
+  DeviceTwin q_gpu(*gpu_, q), k_gpu(*gpu_, k), out_gpu(*gpu_, out), lse_gpu(*gpu_, lse);
+  ForwardBlock block;
+  block.q = q_gpu.view();
+  block.segments.push_back({k_gpu.view(), k_gpu.view(), 0});
+  block.out = out_gpu.view();
+  block.lse = lse_gpu.view();
+  try {
+    kernels_->forward(block);
+    FAIL() << "fp32 inputs were accepted";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("take bf16 or fp16; got fp32"), std::string::npos) << error.what();
+  }
+}
+
+TEST_F(CudnnBlockKernels, MakeBlockKernelsGivesTheCudaKernels) {
+  const auto kernels = make_block_kernels(Device{DeviceKind::cuda, 0});
+  EXPECT_NE(dynamic_cast<cuda::CudaBlockKernels*>(kernels.get()), nullptr);
+  EXPECT_EQ(kernels->device(), (Device{DeviceKind::cuda, 0}));
+}
+
+}  // namespace
+}  // namespace spattn::test

@@ -1,0 +1,47 @@
+// GoogleTest under mpirun for the communicators of device memory: like tests/distributed's main
+// (every rank runs every test; rank 0 prints; a failure on any rank fails every rank), and when
+// every test was skipped on every rank (no GPU here) rank 0 says so in the line that CTest's
+// SKIP_REGULAR_EXPRESSION looks for, so the run shows as skipped rather than passed.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+#include "distributed_world.hpp"
+
+namespace spattn {
+
+MpiCommunicator& world() {
+  static MpiCommunicator communicator;
+  return communicator;
+}
+
+}  // namespace spattn
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  spattn::MpiCommunicator& world = spattn::world();
+  if (world.rank() != 0) {
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+  }
+  const int failed = RUN_ALL_TESTS() != 0 ? 1 : 0;
+  const auto& unit = *::testing::UnitTest::GetInstance();
+  const int all_skipped = unit.test_to_run_count() > 0 && unit.skipped_test_count() == unit.test_to_run_count() ? 1 : 0;
+  const int mine[2] = {failed, all_skipped};
+  std::vector<int> everyone(2 * static_cast<std::size_t>(world.size()));
+  world.host_all_gather(mine, everyone.data(), sizeof(mine));
+  int any_failed = 0;
+  int skipped_everywhere = 1;
+  for (int rank = 0; rank < world.size(); ++rank) {
+    any_failed = std::max(any_failed, everyone[2 * static_cast<std::size_t>(rank)]);
+    skipped_everywhere = std::min(skipped_everywhere, everyone[2 * static_cast<std::size_t>(rank) + 1]);
+  }
+  if (world.rank() == 0 && skipped_everywhere && !any_failed) {
+    std::printf("spattn: every test was skipped on every rank\n");
+    std::fflush(stdout);
+  }
+  return any_failed;
+}
