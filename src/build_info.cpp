@@ -7,6 +7,10 @@
 #include <algorithm>
 #include <thread>
 
+#ifdef SPATTN_WITH_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
 #include "spattn/error.hpp"
 
 namespace spattn {
@@ -16,6 +20,23 @@ BuildInfo build_info() {
   info.version = SPATTN_VERSION;
   info.kernel_backends = {"cpu"};
   info.communicators = {"mpi"};
+  info.devices = {"cpu"};
+#ifdef SPATTN_WITH_CUDA
+  info.kernel_backends.push_back("cuda (cuDNN attention)");
+  info.communicators.push_back("mpi staged through the host (device memory)");
+#ifdef SPATTN_WITH_NCCL
+  info.communicators.push_back("nccl");
+#endif
+  // No GPU (or no driver) is a normal answer here, not an error: the list just stays "cpu".
+  int gpus = 0;
+  if (cudaGetDeviceCount(&gpus) != cudaSuccess) gpus = 0;
+  for (int index = 0; index < gpus; ++index) {
+    cudaDeviceProp properties{};
+    if (cudaGetDeviceProperties(&properties, index) == cudaSuccess)
+      info.devices.push_back("cuda:" + std::to_string(index) + " " + properties.name);
+  }
+  cudaGetLastError();  // clear the sticky "no device" error of a machine without GPUs
+#endif
   char library[MPI_MAX_LIBRARY_VERSION_STRING];
   int length = 0;
   MPI_Get_library_version(library, &length);

@@ -22,15 +22,17 @@ std::string info_text(bool json) {
   if (json) {
     text << "{\"version\": \"" << info.version << "\", \"kernel_backends\": [" << joined(info.kernel_backends, ", ", "\"")
          << "], \"communicators\": [" << joined(info.communicators, ", ", "\"") << "], \"mpi\": \"" << info.mpi_library
-         << "\", \"blas\": \"" << info.blas << "\", \"devices\": [\"cpu\"], \"cpu_cores\": " << info.cpu_cores
+         << "\", \"blas\": \"" << info.blas << "\", \"devices\": [" << joined(info.devices, ", ", "\"")
+         << "], \"cpu_cores\": " << info.cpu_cores
          << ", \"cpu_threads\": " << info.cpu_threads << "}";
     return text.str();
   }
   text << "spattn " << info.version << "\n"
-       << "  kernel backends: " << joined(info.kernel_backends, ", ", "") << " (cuda: not in this build)\n"
-       << "  communicators:   " << joined(info.communicators, ", ", "") << " (" << info.mpi_library << ")\n"
+       << "  kernel backends: " << joined(info.kernel_backends, ", ", "") << "\n"
+       << "  communicators:   " << joined(info.communicators, ", ", "") << "\n"
+       << "  MPI:             " << info.mpi_library << "\n"
        << "  BLAS:            " << info.blas << "\n"
-       << "  devices:         cpu, " << info.cpu_cores << " hardware threads\n"
+       << "  devices:         " << joined(info.devices, ", ", "") << " (" << info.cpu_cores << " CPU hardware threads)\n"
        << "  CPU threads:     " << info.cpu_threads << " per process (--threads or OMP_NUM_THREADS)\n";
   return text.str();
 }

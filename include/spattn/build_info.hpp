@@ -13,6 +13,7 @@ struct BuildInfo {
   std::vector<std::string> communicators;    // e.g. {"mpi"}
   std::string mpi_library;                 // the MPI implementation's own version line
   std::string blas;                        // BLAS used by the CPU kernels
+  std::vector<std::string> devices;        // "cpu", then "cuda:N <name>" for each visible GPU
   int cpu_threads = 1;                     // threads the CPU kernels use per rank
   int cpu_cores = 1;                       // hardware threads of this machine
 };
