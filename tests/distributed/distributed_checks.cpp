@@ -32,6 +32,23 @@ void expect_accurate(Algorithm algorithm, const AttentionProblem& problem, const
   EXPECT_EQ(error_of([&] { agree_on_call(world(), failures, {}); }), "");
 }
 
+void expect_consistent_profile(const Profile& profile, std::size_t steps) {
+  EXPECT_GT(profile.total_ms, 0);
+  EXPECT_GT(profile.compute_ms, 0);
+  EXPECT_GE(profile.comm_wait_ms, 0);
+  EXPECT_LE(profile.compute_ms + profile.comm_wait_ms, profile.total_ms * 1.01 + 0.01);
+  ASSERT_EQ(profile.steps.size(), steps);
+  double steps_compute = 0, steps_wait = 0;
+  for (const StepTiming& step : profile.steps) {
+    EXPECT_GE(step.compute_ms, 0);
+    EXPECT_GE(step.comm_wait_ms, 0);
+    steps_compute += step.compute_ms;
+    steps_wait += step.comm_wait_ms;
+  }
+  EXPECT_NEAR(steps_compute, profile.compute_ms, 1e-6 + 1e-9 * profile.compute_ms);
+  EXPECT_NEAR(steps_wait, profile.comm_wait_ms, 1e-6 + 1e-9 * profile.comm_wait_ms);
+}
+
 void expect_identical_outputs(const AttentionOutputs& first, const AttentionOutputs& second) {
   const std::pair<const HostTensor*, const HostTensor*> pairs[] = {{&first.out, &second.out}, {&first.lse, &second.lse},
                                                                    {&first.dq, &second.dq},   {&first.dk, &second.dk},

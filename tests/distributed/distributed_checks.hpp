@@ -30,6 +30,10 @@ inline const MaskCase kMasks[] = {
 void expect_accurate(Algorithm algorithm, const AttentionProblem& problem,
                      const StrategyOptions& strategy_options = {});
 
+/// A profile of a call with per-step timing adds up: positive total and compute, no negative
+/// time anywhere, compute plus waiting within the total, `steps` entries whose sums are the totals.
+void expect_consistent_profile(const Profile& profile, std::size_t steps);
+
 /// Every element of out, lse and (when present) dq, dk, dv of two runs is bitwise equal.
 void expect_identical_outputs(const AttentionOutputs& first, const AttentionOutputs& second);
 

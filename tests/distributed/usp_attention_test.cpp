@@ -136,22 +136,7 @@ TEST(UspPlan, ProfileIsConsistent) {
   const AttentionShape shape{1, test_length(ranks), 2 * ranks, 2, 32, DType::f32};
   const AttentionProblem problem = random_problem(shape, {}, 7, true);
   const StrategyRun run = run_strategy(world(), Algorithm::usp, problem, 0, 1, true, with_inner(0));
-  for (const Profile* profile : {&run.forward, &run.backward}) {
-    EXPECT_GT(profile->total_ms, 0);
-    EXPECT_GT(profile->compute_ms, 0);
-    EXPECT_GE(profile->comm_wait_ms, 0);
-    EXPECT_LE(profile->compute_ms + profile->comm_wait_ms, profile->total_ms * 1.01 + 0.01);
-    ASSERT_EQ(profile->steps.size(), 3u);
-    double steps_compute = 0, steps_wait = 0;
-    for (const StepTiming& step : profile->steps) {
-      EXPECT_GE(step.compute_ms, 0);
-      EXPECT_GE(step.comm_wait_ms, 0);
-      steps_compute += step.compute_ms;
-      steps_wait += step.comm_wait_ms;
-    }
-    EXPECT_NEAR(steps_compute, profile->compute_ms, 1e-6 + 1e-9 * profile->compute_ms);
-    EXPECT_NEAR(steps_wait, profile->comm_wait_ms, 1e-6 + 1e-9 * profile->comm_wait_ms);
-  }
+  for (const Profile* profile : {&run.forward, &run.backward}) expect_consistent_profile(*profile, 3);
 }
 
 std::string usp_plan_error(const AttentionShape& shape, int inner) {
