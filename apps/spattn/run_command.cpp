@@ -102,16 +102,16 @@ AttentionProblem agreed_problem(Communicator& world, RunOptions& options) {
 // The slowest rank's profile (largest total), so that the report shows what a step of the
 // whole job costs.
 Profile slowest_rank(Communicator& world, const Profile& mine) {
-  std::vector<double> totals(static_cast<std::size_t>(world.size()));
-  world.host_all_gather(&mine.total_ms, totals.data(), sizeof(double));
-  const int slowest = static_cast<int>(std::max_element(totals.begin(), totals.end()) - totals.begin());
-  double fields[3] = {mine.total_ms, mine.compute_ms, mine.comm_wait_ms};
+  const double fields[3] = {mine.total_ms, mine.compute_ms, mine.comm_wait_ms};
   std::vector<double> everyone(3 * static_cast<std::size_t>(world.size()));
   world.host_all_gather(fields, everyone.data(), sizeof fields);
+  std::size_t slowest = 0;
+  for (std::size_t rank = 1; rank < static_cast<std::size_t>(world.size()); ++rank)
+    if (everyone[3 * rank] > everyone[3 * slowest]) slowest = rank;
   Profile profile = mine;
-  profile.total_ms = everyone[3 * static_cast<std::size_t>(slowest)];
-  profile.compute_ms = everyone[3 * static_cast<std::size_t>(slowest) + 1];
-  profile.comm_wait_ms = everyone[3 * static_cast<std::size_t>(slowest) + 2];
+  profile.total_ms = everyone[3 * slowest];
+  profile.compute_ms = everyone[3 * slowest + 1];
+  profile.comm_wait_ms = everyone[3 * slowest + 2];
   return profile;
 }
 
