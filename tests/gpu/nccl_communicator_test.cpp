@@ -8,66 +8,38 @@
 
 #include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
 
-#include "device_communicator_checks.hpp"
-#include "distributed_world.hpp"
-#include "kernels/cuda/cuda_check.hpp"
+#include "device_communicator_contract.hpp"
 
 namespace spattn::test {
 namespace {
 
-class NcclCommunicatorTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const int gpus = fewest_gpus_over_ranks();
-    if (gpus == 0) GTEST_SKIP() << "no CUDA device";
-    if (gpus < world().size()) {
-      GTEST_SKIP() << "NCCL needs one GPU per rank: " << world().size() << " ranks, " << gpus << " GPU(s)";
-    }
-    device_index_ = world().rank() % gpus;
-    SPATTN_CUDA_CHECK(cudaSetDevice(device_index_));
+// NCCL over the world, bootstrapped through MPI.
+struct NcclTraits {
+  using Communicator = NcclCommunicator;
+  static std::string skip_reason(int gpus) {
+    if (gpus >= world().size()) return "";
+    return "NCCL needs one GPU per rank: " + std::to_string(world().size()) + " ranks, " + std::to_string(gpus) +
+           " GPU(s)";
   }
-
-  int device_index_ = 0;
+  static std::unique_ptr<Communicator> make(int device_index) {
+    return std::make_unique<NcclCommunicator>(world(), device_index);
+  }
 };
 
-// Over the world, bootstrapped through MPI.
-class NcclOverWorldTest : public NcclCommunicatorTest {
- protected:
-  void SetUp() override {
-    NcclCommunicatorTest::SetUp();
-    if (IsSkipped()) return;
-    communicator_ = std::make_unique<NcclCommunicator>(world(), device_index_);
-  }
+INSTANTIATE_TYPED_TEST_SUITE_P(Nccl, DeviceCommunicatorContract, ::testing::Types<NcclTraits>);
 
-  std::unique_ptr<NcclCommunicator> communicator_;
-};
+using NcclOverWorldTest = DeviceCommunicatorContract<NcclTraits>;
 
-TEST_F(NcclOverWorldTest, IsOnTheRanksGpuWithTheWorldsRanks) {
-  EXPECT_EQ(communicator_->rank(), world().rank());
-  EXPECT_EQ(communicator_->size(), world().size());
-  EXPECT_EQ(communicator_->device(), (Device{DeviceKind::cuda, device_index_}));
+TEST_F(NcclOverWorldTest, HasACommunicationStream) {
   EXPECT_NE(communicator_->communication_stream(), nullptr);
 }
 
-TEST_F(NcclOverWorldTest, BatchInAnyPeerOrder) { check_batch_in_any_peer_order(*communicator_); }
-TEST_F(NcclOverWorldTest, LargeMessages) { check_large_messages(*communicator_); }
-TEST_F(NcclOverWorldTest, AllToAll) { check_all_to_all(*communicator_); }
-TEST_F(NcclOverWorldTest, AllGather) { check_all_gather(*communicator_); }
-TEST_F(NcclOverWorldTest, ReduceScatterSum) { check_reduce_scatter_sum(*communicator_); }
-TEST_F(NcclOverWorldTest, TwoTransfersInFlight) { check_two_transfers_in_flight(*communicator_); }
-TEST_F(NcclOverWorldTest, Split) { check_split(*communicator_); }
-TEST_F(NcclOverWorldTest, ControlPlane) { check_control_plane(*communicator_); }
-
-TEST_F(NcclOverWorldTest, OrderedAfterTheComputeStream) {
-  cudaStream_t compute = nullptr;
-  SPATTN_CUDA_CHECK(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
-  communicator_->set_compute_stream(compute);
-  check_ordered_after_compute_stream(*communicator_, compute);
-  communicator_.reset();  // before its compute stream goes
-  SPATTN_CUDA_CHECK(cudaStreamDestroy(compute));
-}
+// The other ways to make one (from a caller's unique id, around a caller's ncclComm_t) need only
+// the rank's GPU.
+using NcclCommunicatorTest = OnTheRanksGpu<NcclTraits>;
 
 TEST_F(NcclCommunicatorTest, FromACallersUniqueId) {
   NcclUniqueIdBytes id{};
