@@ -14,6 +14,20 @@ HostTensor::HostTensor(DType dtype, std::initializer_list<int64_t> shape) {
   view_.data = bytes_.data();
 }
 
+HostTensor HostTensor::like(const TensorView& view) {
+  HostTensor tensor;
+  tensor.view_ = view;
+  tensor.view_.device = Device::cpu();
+  int64_t stride = 1;
+  for (int dim = view.ndim - 1; dim >= 0; --dim) {
+    tensor.view_.strides[static_cast<std::size_t>(dim)] = stride;
+    stride *= view.size(dim);
+  }
+  tensor.bytes_.resize(static_cast<std::size_t>(view.numel()) * dtype_size(view.dtype));
+  tensor.view_.data = tensor.bytes_.data();
+  return tensor;
+}
+
 HostTensor::HostTensor(const HostTensor& other) : bytes_(other.bytes_), view_(other.view_) {
   view_.data = bytes_.data();
 }

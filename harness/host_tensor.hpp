@@ -14,6 +14,8 @@ class HostTensor {
  public:
   HostTensor() = default;
   HostTensor(DType dtype, std::initializer_list<int64_t> shape);
+  /// A contiguous host tensor of `view`'s dtype and shape (the values are not copied).
+  static HostTensor like(const TensorView& view);
   HostTensor(const HostTensor& other);
   HostTensor& operator=(const HostTensor& other);
   HostTensor(HostTensor&&) = default;

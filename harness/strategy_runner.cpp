@@ -1,5 +1,9 @@
 #include "strategy_runner.hpp"
 
+#include <chrono>
+
+#include "device_tensor.hpp"
+#include "spattn/device_memory.hpp"
 #include "spattn/error.hpp"
 #include "spattn/local_attention.hpp"
 
@@ -62,43 +66,64 @@ HostTensor shard_of(const SequenceLayout& layout, int rank, const HostTensor& fu
   return local;
 }
 
-// Every rank's shard gathered and put in its place in a full tensor.
-HostTensor gather_full(Communicator& communicator, const SequenceLayout& layout, const HostTensor& local,
+// A host tensor of `shape`'s dtype and shape, poisoned: outputs that a run leaves unwritten show.
+HostTensor poisoned(DType dtype, std::initializer_list<int64_t> shape) {
+  HostTensor tensor(dtype, shape);
+  tensor.poison();
+  return tensor;
+}
+
+// Every rank's shard gathered (on the communicator's device) and put in its place in a full
+// host tensor.
+HostTensor gather_full(Communicator& communicator, const SequenceLayout& layout, const DeviceTensor& local,
                        int seq_dim) {
   const TensorView& view = local.view();
   const int ranks = communicator.size();
   const std::size_t shard_bytes = static_cast<std::size_t>(view.numel()) * dtype_size(view.dtype);
-  std::vector<unsigned char> everyone(shard_bytes * static_cast<std::size_t>(ranks));
+  const DeviceMemory everyone(view.device, shard_bytes * static_cast<std::size_t>(ranks));
   auto gather = communicator.start_all_gather(view.data, everyone.data(), shard_bytes);
   communicator.wait(*gather);
+  std::vector<unsigned char> on_host(everyone.bytes());
+  copy_bytes(everyone.data(), view.device, on_host.data(), Device::cpu(), everyone.bytes());
   HostTensor full = seq_dim == 1 ? HostTensor(view.dtype, {view.size(0), layout.global_length(), view.size(2), view.size(3)})
                                  : HostTensor(view.dtype, {view.size(0), view.size(1), layout.global_length()});
   for (int rank = 0; rank < ranks; ++rank) {
-    TensorView shard = view;
-    shard.data = everyone.data() + shard_bytes * static_cast<std::size_t>(rank);
+    TensorView shard = HostTensor::like(view).view();
+    shard.data = on_host.data() + shard_bytes * static_cast<std::size_t>(rank);
     unshard_sequence(layout, rank, shard, full.view(), seq_dim);
   }
   return full;
 }
 
+// Milliseconds of `call` on `device`, from the moment the work queued before it has run to the
+// moment its own has.
+template <typename Call>
+double device_milliseconds(const Device& device, Call&& call) {
+  synchronize_device(device);
+  const auto start = std::chrono::steady_clock::now();
+  call();
+  synchronize_device(device);
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
 }  // namespace
 
-AttentionOutputs run_single_device(const AttentionProblem& problem) {
+AttentionOutputs run_single_device(const AttentionProblem& problem, const Device& device) {
   const AttentionShape& shape = problem.shape;
   const auto [B, S, H, HK, D] = std::make_tuple(shape.batch, shape.seq, shape.heads, shape.kv_heads, shape.head_dim);
-  AttentionOutputs outputs{HostTensor(shape.dtype, {B, S, H, D}), HostTensor(DType::f32, {B, H, S}), {}, {}, {}};
-  outputs.out.poison();
-  outputs.lse.poison();
-  local_attention_forward(problem.q.view(), problem.k.view(), problem.v.view(), outputs.out.view(), outputs.lse.view(),
-                          problem.options);
+  const DeviceTensor q(problem.q, device), k(problem.k, device), v(problem.v, device);
+  DeviceTensor out(poisoned(shape.dtype, {B, S, H, D}), device), lse(poisoned(DType::f32, {B, H, S}), device);
+  local_attention_forward(q.view(), k.view(), v.view(), out.view(), lse.view(), problem.options);
+  AttentionOutputs outputs{out.to_host(), lse.to_host(), {}, {}, {}};
   if (problem.dout.empty()) return outputs;
-  outputs.dq = HostTensor(shape.dtype, {B, S, H, D});
-  outputs.dk = HostTensor(shape.dtype, {B, S, HK, D});
-  outputs.dv = HostTensor(shape.dtype, {B, S, HK, D});
-  for (HostTensor* gradient : {&outputs.dq, &outputs.dk, &outputs.dv}) gradient->poison();
-  local_attention_backward(problem.q.view(), problem.k.view(), problem.v.view(), outputs.out.view(),
-                           outputs.lse.view(), problem.dout.view(), outputs.dq.view(), outputs.dk.view(),
-                           outputs.dv.view(), problem.options);
+  const DeviceTensor dout(problem.dout, device);
+  DeviceTensor dq(poisoned(shape.dtype, {B, S, H, D}), device), dk(poisoned(shape.dtype, {B, S, HK, D}), device),
+      dv(poisoned(shape.dtype, {B, S, HK, D}), device);
+  local_attention_backward(q.view(), k.view(), v.view(), out.view(), lse.view(), dout.view(), dq.view(), dk.view(),
+                           dv.view(), problem.options);
+  outputs.dq = dq.to_host();
+  outputs.dk = dk.to_host();
+  outputs.dv = dv.to_host();
   return outputs;
 }
 
@@ -107,42 +132,69 @@ StrategyRun run_strategy(Communicator& communicator, Algorithm algorithm, const 
                          const StrategyOptions& strategy_options) {
   DistributedAttention plan(communicator, algorithm, problem.shape, problem.options, strategy_options);
   const SequenceLayout& layout = plan.layout();
+  const Device device = communicator.device();
   const int rank = communicator.rank();
   const bool backward = !problem.dout.empty();
-  const AttentionShape& shape = problem.shape;
+  const auto [B, H, HK, D, dtype] =
+      std::make_tuple(problem.shape.batch, problem.shape.heads, problem.shape.kv_heads, problem.shape.head_dim,
+                      problem.shape.dtype);
   const int64_t local_seq = layout.local_length();
 
-  const HostTensor q = shard_of(layout, rank, problem.q, 1);
-  const HostTensor k = shard_of(layout, rank, problem.k, 1);
-  const HostTensor v = shard_of(layout, rank, problem.v, 1);
-  HostTensor out(shape.dtype, {shape.batch, local_seq, shape.heads, shape.head_dim});
-  HostTensor lse(DType::f32, {shape.batch, shape.heads, local_seq});
-  out.poison();
-  lse.poison();
-  HostTensor dout, dq, dk, dv;
+  const DeviceTensor q(shard_of(layout, rank, problem.q, 1), device);
+  const DeviceTensor k(shard_of(layout, rank, problem.k, 1), device);
+  const DeviceTensor v(shard_of(layout, rank, problem.v, 1), device);
+  DeviceTensor out(poisoned(dtype, {B, local_seq, H, D}), device);
+  DeviceTensor lse(poisoned(DType::f32, {B, H, local_seq}), device);
+  DeviceTensor dout, dq, dk, dv;
   if (backward) {
-    dout = shard_of(layout, rank, problem.dout, 1);
-    dq = HostTensor(shape.dtype, {shape.batch, local_seq, shape.heads, shape.head_dim});
-    dk = HostTensor(shape.dtype, {shape.batch, local_seq, shape.kv_heads, shape.head_dim});
-    dv = HostTensor(shape.dtype, {shape.batch, local_seq, shape.kv_heads, shape.head_dim});
-    for (HostTensor* gradient : {&dq, &dk, &dv}) gradient->poison();
+    dout = DeviceTensor(shard_of(layout, rank, problem.dout, 1), device);
+    dq = DeviceTensor(poisoned(dtype, {B, local_seq, H, D}), device);
+    dk = DeviceTensor(poisoned(dtype, {B, local_seq, HK, D}), device);
+    dv = DeviceTensor(poisoned(dtype, {B, local_seq, HK, D}), device);
   }
+  const auto call_forward = [&](Profile* profile) {
+    plan.forward(q.view(), k.view(), v.view(), out.view(), lse.view(), profile);
+  };
+  const auto call_backward = [&](Profile* profile) {
+    plan.backward(q.view(), k.view(), v.view(), out.view(), lse.view(), dout.view(), dq.view(), dk.view(), dv.view(),
+                  profile);
+  };
 
   StrategyRun run;
+  // A profiled call on an asynchronous device synchronizes at every section (ProfileRecorder),
+  // which would cost the overlap it measures: there the timed calls run without a Profile,
+  // bracketed by device synchronization, and one more profiled call splits the time into compute
+  // and communication. The CPU runs synchronously, and every timed call is profiled.
+  const bool synchronous = device.kind == DeviceKind::cpu;
+  double forward_ms = 0, backward_ms = 0;
   for (int iteration = 0; iteration < warmup + iterations; ++iteration) {
     const bool timed = iteration >= warmup;
     Profile forward_profile, backward_profile;
     forward_profile.per_step = backward_profile.per_step = per_step_profile;
-    plan.forward(q.view(), k.view(), v.view(), out.view(), lse.view(), &forward_profile);
-    if (backward)
-      plan.backward(q.view(), k.view(), v.view(), out.view(), lse.view(), dout.view(), dq.view(), dk.view(),
-                    dv.view(), &backward_profile);
+    if (synchronous) {
+      call_forward(&forward_profile);
+      if (backward) call_backward(&backward_profile);
+      if (!timed) continue;
+      add_profile(run.forward, forward_profile);
+      add_profile(run.backward, backward_profile);
+      continue;
+    }
+    const double forward_call_ms = device_milliseconds(device, [&] { call_forward(nullptr); });
+    const double backward_call_ms = backward ? device_milliseconds(device, [&] { call_backward(nullptr); }) : 0.0;
     if (!timed) continue;
-    add_profile(run.forward, forward_profile);
-    add_profile(run.backward, backward_profile);
+    forward_ms += forward_call_ms;
+    backward_ms += backward_call_ms;
   }
-  divide_profile(run.forward, iterations);
-  divide_profile(run.backward, iterations);
+  if (synchronous) {
+    divide_profile(run.forward, iterations);
+    divide_profile(run.backward, iterations);
+  } else {
+    run.forward.per_step = run.backward.per_step = per_step_profile;
+    call_forward(&run.forward);
+    if (backward) call_backward(&run.backward);
+    run.forward.total_ms = iterations > 0 ? forward_ms / iterations : 0.0;
+    run.backward.total_ms = iterations > 0 ? backward_ms / iterations : 0.0;
+  }
 
   run.outputs.out = gather_full(communicator, layout, out, 1);
   run.outputs.lse = gather_full(communicator, layout, lse, 2);

@@ -47,13 +47,15 @@ struct StrategyRun {
   Profile backward;  // likewise; zero without backward
 };
 
-/// The whole problem on this process alone with the block kernels called once, no strategy and
-/// no communication: the same-dtype single-rank baseline of the accuracy criterion.
-AttentionOutputs run_single_device(const AttentionProblem& problem);
+/// The whole problem on this process alone with the block kernels of `device` called once, no
+/// strategy and no communication: the same-dtype single-rank baseline of the accuracy criterion.
+AttentionOutputs run_single_device(const AttentionProblem& problem, const Device& device = Device::cpu());
 
-/// Runs `algorithm` over `communicator` on `problem`: `warmup` untimed and `iterations` timed
-/// calls (forward, then backward when the problem has dout). Outputs are poisoned with NaN
-/// before the first call. Collective.
+/// Runs `algorithm` over `communicator` on `problem`, with this rank's shards in the memory of
+/// the communicator's device: `warmup` untimed and `iterations` timed calls (forward, then
+/// backward when the problem has dout). Outputs are poisoned with NaN before the first call.
+/// On a GPU the profiles' totals are of unprofiled calls and their compute / communication split
+/// comes from one more, profiled, call. Collective.
 StrategyRun run_strategy(Communicator& communicator, Algorithm algorithm, const AttentionProblem& problem,
                          int warmup, int iterations, bool per_step_profile,
                          const StrategyOptions& strategy_options = {});

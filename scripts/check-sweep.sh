@@ -39,7 +39,7 @@ failed=0
 printf '%-10s %-6s %-6s %-6s %-21s %-21s %-21s %-21s %-21s %s\n' algo ranks causal seq out lse dq dk dv check
 for algo in ring zigzag ulysses hamilton hamilton2 allgather usp; do
   for causal in no yes; do
-    for ranks in 1 2 3 4 5 6 7 8; do
+    for ranks in ${SPATTN_SWEEP_RANKS:-1 2 3 4 5 6 7 8}; do
       if [[ $algo == hamilton && ( $ranks == 4 || $ranks == 6 ) ]]; then
         printf '%-10s %-6s %-6s no Hamiltonian decomposition exists at %s ranks\n' "$algo" "$ranks" "$causal" "$ranks"
         continue
@@ -47,7 +47,7 @@ for algo in ring zigzag ulysses hamilton hamilton2 allgather usp; do
       read -r -a shape <<<"$(run_arguments "$algo" "$ranks")"
       flags=("${shape[@]}" --head-dim 64 --dtype bf16)
       [[ $causal == yes ]] && flags+=(--causal)
-      line=$(mpirun --oversubscribe -np "$ranks" "$root/build/spattn" run --algo "$algo" --backward --check --json \
+      line=$(mpirun --oversubscribe -np "$ranks" "${SPATTN_BIN:-$root/build/spattn}" run --algo "$algo" --backward --check --json \
              "${flags[@]}" "$@" | tail -n 1) || failed=1
       python3 - "$algo" "$ranks" "$causal" "$line" <<'PY'
 import json, sys

@@ -5,10 +5,15 @@
 #   gpu-tests    spattn_gpu_tests (the CUDA kernels against the CPU kernels)
 #   memcheck     the same under compute-sanitizer --tool memcheck (skipped where it is missing)
 #   ctest        the whole CTest suite: CPU unit tests, mpirun tests at 1..8 ranks, GPU tests
+#   sweep        `spattn run --device cuda --check --backward` for every strategy, causal and not,
+#                at SPATTN_SWEEP_RANKS ranks (default 1 2 3 8) over the machine's GPUs
+#   bench        spattn_gpu_bench and PyTorch's context_parallel side by side on every GPU
+#                (bench.csv, bench.log, torch.log; SPATTN_BENCH_ARGS / TORCH_BENCH_ARGS add options)
+# SPATTN_DEVICE_STAGES picks the stages after the build (default: gpu-tests memcheck ctest sweep).
 # A failing stage does not stop the later ones; the exit status is non-zero when any failed.
 # Logs go to $OUT (the device tool brings them back), or to build-device/logs when OUT is unset:
-# environment.log, build.log, gpu-tests.log, memcheck.log, ctest.log, summary.txt (one line per
-# stage with its passed/failed/skipped counts).
+# environment.log, build.log, gpu-tests.log, memcheck.log, ctest.log, sweep.log, bench.*,
+# summary.txt (one line per stage with its passed/failed/skipped counts).
 #
 # Usage, on the device machine from the repository root:  bash scripts/device-run.sh
 # Its image may lack GoogleTest or OpenBLAS and can fetch nothing. Then, once, on a machine that
@@ -65,6 +70,8 @@ summary="$logs/summary.txt"
 jobs="$(nproc)"
 budget_s="${SPATTN_DEVICE_BUDGET_S:-570}"
 any_failed=0
+stages=" ${SPATTN_DEVICE_STAGES:-gpu-tests memcheck ctest sweep} "
+wants() { [[ "$stages" == *" $1 "* ]]; }
 
 # mpirun refuses root unless told; the GPU machines run commands as root. NVLink multicast stays
 # off on shared hosts (KINDS.md).
@@ -177,7 +184,9 @@ fi
 gpu_tests="$build_dir/tests/gpu/spattn_gpu_tests"
 
 # ---- gpu-tests -----------------------------------------------------------------------------------------
-if ((built)); then
+if ! wants gpu-tests; then
+  :
+elif ((built)); then
   timeout "$(seconds_left)" "$gpu_tests" --gtest_color=no >"$logs/gpu-tests.log" 2>&1
   status=$?
   counts="$(gtest_counts "$logs/gpu-tests.log")"
@@ -194,7 +203,9 @@ else
 fi
 
 # ---- memcheck ------------------------------------------------------------------------------------------
-if ! command -v compute-sanitizer >/dev/null; then
+if ! wants memcheck; then
+  :
+elif ! command -v compute-sanitizer >/dev/null; then
   record memcheck skipped "compute-sanitizer not on PATH"
 elif ((!built)); then
   record memcheck skipped "no build"
@@ -213,7 +224,9 @@ else
 fi
 
 # ---- ctest ---------------------------------------------------------------------------------------------
-if ((built)); then
+if ! wants ctest; then
+  :
+elif ((built)); then
   left="$(seconds_left)"
   (cd "$build_dir" && timeout "$left" ctest -j "$jobs" --output-on-failure --timeout "$left") >"$logs/ctest.log" 2>&1
   status=$?
@@ -230,6 +243,48 @@ if ((built)); then
   fi
 else
   record ctest skipped "no build"
+fi
+
+# ---- sweep ---------------------------------------------------------------------------------------------
+if ! wants sweep; then
+  :
+elif ((built)); then
+  SPATTN_BIN="$build_dir/spattn" SPATTN_SWEEP_RANKS="${SPATTN_SWEEP_RANKS:-1 2 3 8}" \
+    timeout "$(seconds_left)" bash "$root/scripts/check-sweep.sh" --device cuda >"$logs/sweep.log" 2>&1
+  status=$?
+  runs="$(grep -cE ' (pass|fail)$' "$logs/sweep.log")"
+  failures="$(grep -cE ' fail$' "$logs/sweep.log")"
+  if [[ $status -eq 0 && $failures -eq 0 ]]; then
+    record sweep passed "$runs runs checked"
+  else
+    record sweep failed "exit $status; $failures of $runs runs failed the check: see sweep.log"
+  fi
+else
+  record sweep skipped "no build"
+fi
+
+# ---- bench ---------------------------------------------------------------------------------------------
+if ! wants bench; then
+  :
+elif ((built)); then
+  gpus="$(nvidia-smi --list-gpus | wc -l)"
+  device_name="$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr -d ',')"
+  # shellcheck disable=SC2086  # the extra arguments are words
+  timeout "$(seconds_left)" mpirun --oversubscribe -np "$gpus" "$build_dir/bench/spattn_gpu_bench" \
+    --device-name "$device_name x$gpus" --csv "$logs/bench.csv" ${SPATTN_BENCH_ARGS:-} >"$logs/bench.log" 2>&1
+  status=$?
+  if [[ $status -eq 0 ]]; then record bench passed "spattn: $(grep -c '^spattn,' "$logs/bench.csv") rows"
+  else record bench failed "spattn_gpu_bench exit $status: see bench.log"; fi
+  # shellcheck disable=SC2086
+  timeout "$(seconds_left)" torchrun --standalone --nproc-per-node "$gpus" "$root/bench/torch_context_parallel.py" \
+    --device-name "$device_name x$gpus" --csv "$logs/bench.csv" ${TORCH_BENCH_ARGS:-} >"$logs/torch.log" 2>&1
+  status=$?
+  if [[ $status -eq 0 ]]; then record torch-bench passed "$(grep -c '^torch' "$logs/bench.csv") rows"
+  else record torch-bench failed "torch_context_parallel.py exit $status: see torch.log"; fi
+  python3 "$root/bench/plot_results.py" "$logs/bench.csv" --out "$logs/bench.png" \
+    --markdown "$logs/bench.md" >"$logs/plot.log" 2>&1 || echo "plot: see plot.log (matplotlib may be missing)"
+else
+  record bench skipped "no build"
 fi
 
 echo "logs in $logs"

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "schedule/cost_model.hpp"
+#include "spattn/device_communicator.hpp"
 #include "spattn/distributed_attention.hpp"
 
 namespace spattn::app {
@@ -93,6 +94,23 @@ void parse_across(RunOptions& options, const std::string& name) {
   options.across = name;
 }
 
+void parse_device(RunOptions& options, const std::string& name) {
+  if (name != "cpu" && name != "cuda") fail_value("--device", "cpu or cuda", name);
+  options.device = name;
+}
+
+void parse_transport_option(RunOptions& options, const std::string& name) {
+  std::string allowed;
+  for (Transport transport : all_transports()) {
+    if (transport_name(transport) == name) {
+      options.transport = name;
+      return;
+    }
+    allowed += (allowed.empty() ? "" : ", ") + transport_name(transport);
+  }
+  fail_value("--transport", allowed, name);
+}
+
 void parse_algorithm(RunOptions& options, const std::string& name) {
   const auto& algorithms = all_algorithms();
   const bool known = std::any_of(algorithms.begin(), algorithms.end(),
@@ -147,7 +165,7 @@ OptionTable<Options> shape_options(const std::string& seq_description) {
        [](Options& options, const std::string& value) { options.kv_heads = parse_size("--kv-heads", value); }},
       {"--head-dim", "D", "head dimension (default " + std::to_string(defaults.head_dim) + ")",
        [](Options& options, const std::string& value) { options.head_dim = parse_size("--head-dim", value); }},
-      {"--dtype", "T", "element type: fp32, fp16 or bf16 (default " + dtype_name(defaults.dtype) + ")",
+      {"--dtype", "T", "element type: fp32, fp16 or bf16 (default " + dtype_name(defaults.dtype) + "; bf16 on cuda)",
        [](Options& options, const std::string& value) { options.dtype = parse_dtype_option(value); }},
   };
 }
@@ -194,7 +212,13 @@ const OptionTable<RunOptions>& run_option_table() {
       {"--profile-steps", nullptr, "print a table of per-step timings",
        [](RunOptions& options, const std::string&) { options.profile_steps = true; }},
       {"--threads", "N", "CPU threads per rank (default: automatic)",
-       [](RunOptions& options, const std::string& value) { options.threads = parse_count("--threads", value, 1); }}},
+       [](RunOptions& options, const std::string& value) { options.threads = parse_count("--threads", value, 1); }},
+      {"--device", "KIND", "cpu or cuda (bf16/fp16; a machine's ranks are dealt over its GPUs) (default cpu)",
+       [](RunOptions& options, const std::string& value) { parse_device(options, value); }},
+      {"--transport", "NAME",
+       "auto, mpi, nccl or staged-mpi (default auto: mpi on cpu; nccl when every rank has a GPU of its own, "
+       "else staged-mpi)",
+       [](RunOptions& options, const std::string& value) { parse_transport_option(options, value); }}},
   });
   return table;
 }
@@ -330,6 +354,16 @@ std::string option_lines(const OptionTable<Options>& table) {
 
 bool asks_for_help(const std::string& argument) { return argument == "--help" || argument == "-h"; }
 
+// cuDNN's fused attention has no fp32 path: on cuda the element type defaults to bf16.
+void choose_device_dtype(RunOptions& options, const std::vector<std::string>& arguments) {
+  if (options.device != "cuda") return;
+  const bool dtype_given = std::any_of(arguments.begin(), arguments.end(),
+                                       [](const std::string& argument) { return argument.rfind("--dtype", 0) == 0; });
+  if (!dtype_given) options.dtype = DType::bf16;
+  if (options.dtype == DType::f32)
+    throw UsageError("--device cuda takes --dtype bf16 or fp16 (cuDNN's fused attention has no fp32 path), got fp32");
+}
+
 }  // namespace
 
 CliCommand parse_command_line(int argc, const char* const* argv) {
@@ -344,6 +378,7 @@ CliCommand parse_command_line(int argc, const char* const* argv) {
   if (name == "run") {
     command.kind = CliCommand::Kind::run;
     command.run = parse_options(run_option_table(), name, options);
+    choose_device_dtype(command.run, options);
   } else if (name == "plan") {
     command.kind = CliCommand::Kind::plan;
     command.plan = parse_options(plan_option_table(), name, options);

@@ -46,6 +46,8 @@ struct RunOptions {
   int warmup = 0;
   uint64_t seed = kDefaultSeed;
   int threads = 0;  // CPU threads per rank; 0: chosen automatically
+  std::string device = "cpu";      // cpu or cuda: where the shards live and the kernels run
+  std::string transport = "auto";  // one of all_transports() (spattn/device_communicator.hpp)
 };
 
 /// Options of `spattn plan`, with their defaults: the rotation schedule of one algorithm, or

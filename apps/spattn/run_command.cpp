@@ -10,6 +10,7 @@
 #include "npy_file.hpp"
 #include "run_report.hpp"
 #include "spattn/build_info.hpp"
+#include "spattn/device_communicator.hpp"
 #include "spattn/mpi_communicator.hpp"
 #include "spattn/reference_attention.hpp"
 #include "strategy_runner.hpp"
@@ -136,19 +137,25 @@ int run_command(const RunOptions& given) {
   RunOptions options = given;
   choose_cpu_threads(options);
   MpiCommunicator world;
+  const DevicePlacement placement = place_on_devices(
+      world, options.device == "cuda" ? DeviceKind::cuda : DeviceKind::cpu, parse_transport(options.transport));
+  const std::unique_ptr<Communicator> communicator = make_device_communicator(world, placement);
   const AttentionProblem problem = agreed_problem(world, options);
   const Algorithm algorithm = parse_algorithm(options.algorithm);
   StrategyOptions strategy_options;
   strategy_options.nodes = options.nodes;
   strategy_options.inner = options.inner;
   strategy_options.across = parse_algorithm(options.across);
-  const StrategyRun run =
-      run_strategy(world, algorithm, problem, options.warmup, options.iters, options.profile_steps, strategy_options);
+  const StrategyRun run = run_strategy(*communicator, algorithm, problem, options.warmup, options.iters,
+                                       options.profile_steps, strategy_options);
 
   RunReport report;
   report.options = options;
   report.ranks = world.size();
   report.threads_per_rank = cpu_threads();
+  report.device = placement.device;
+  report.transport = transport_name(placement.transport);
+  report.ranks_per_device = placement.ranks_per_device;
   const double flop = forward_flop(options);
   report.forward.profile = slowest_rank(world, run.forward);
   report.forward.tflops = flop / (report.forward.profile.total_ms * 1e-3) * 1e-12;
@@ -164,7 +171,7 @@ int run_command(const RunOptions& given) {
   if (world.rank() == 0) {
     try {
       if (options.check) {
-        const AttentionOutputs single = run_single_device(problem);
+        const AttentionOutputs single = run_single_device(problem, placement.device);
         const ReferenceResult reference = reference_attention(problem.q.view(), problem.k.view(), problem.v.view(),
                                                               problem.dout.view(), problem.options);
         report.errors = compare_with_reference(run.outputs, single, reference);

@@ -78,13 +78,21 @@ void step_rows(std::ostringstream& text, const char* pass, const Profile& profil
   }
 }
 
+// "cpu" or "cuda": the kind of the ranks' devices (their indexes differ from rank to rank).
+std::string device_kind_name(const Device& device) { return device.kind == DeviceKind::cpu ? "cpu" : "cuda"; }
+
 }  // namespace
 
 std::string format_table(const RunReport& report) {
   const RunOptions& o = report.options;
   std::ostringstream text;
-  text << "spattn run: " << o.algorithm << " on " << report.ranks << " rank" << (report.ranks == 1 ? "" : "s") << " x "
-       << report.threads_per_rank << " thread" << (report.threads_per_rank == 1 ? "" : "s") << " (cpu)\n"
+  text << "spattn run: " << o.algorithm << " on " << report.ranks << " rank" << (report.ranks == 1 ? "" : "s");
+  if (report.device.kind == DeviceKind::cpu)
+    text << " x " << report.threads_per_rank << " thread" << (report.threads_per_rank == 1 ? "" : "s") << " (cpu)\n";
+  else
+    text << " on " << device_kind_name(report.device) << " over " << report.transport << " ("
+         << report.ranks_per_device << " rank" << (report.ranks_per_device == 1 ? "" : "s") << " per GPU)\n";
+  text
        << "  shape B=" << o.batch << " S=" << o.seq << " H=" << o.heads << " HK=" << o.kv_heads << " D=" << o.head_dim
        << "  " << dtype_name(o.dtype) << "  causal=" << (o.causal ? "yes" : "no") << "  window=" << window_text(o)
        << "  S/rank=" << o.seq / report.ranks << "\n"
@@ -121,7 +129,9 @@ std::string format_json(const RunReport& report) {
          << ", \"messages_sent\": " << timing.profile.messages_sent << "}";
   };
   json << "{\"algo\": \"" << o.algorithm << "\", \"ranks\": " << report.ranks
-       << ", \"threads_per_rank\": " << report.threads_per_rank << ", \"device\": \"cpu\""
+       << ", \"threads_per_rank\": " << report.threads_per_rank << ", \"device\": \""
+       << device_kind_name(report.device) << "\", \"transport\": \"" << report.transport
+       << "\", \"ranks_per_device\": " << report.ranks_per_device
        << ", \"shape\": {\"batch\": " << o.batch << ", \"seq\": " << o.seq << ", \"heads\": " << o.heads
        << ", \"kv_heads\": " << o.kv_heads << ", \"head_dim\": " << o.head_dim << "}"
        << ", \"dtype\": \"" << dtype_name(o.dtype) << "\", \"causal\": " << (o.causal ? "true" : "false")

@@ -7,6 +7,7 @@
 
 #include "accuracy_report.hpp"
 #include "cli_options.hpp"
+#include "spattn/device.hpp"
 #include "spattn/profile.hpp"
 
 namespace spattn::app {
@@ -21,6 +22,9 @@ struct RunReport {
   RunOptions options;     // as run (shape taken from --inputs when given)
   int ranks = 1;
   int threads_per_rank = 1;
+  Device device{};              // rank 0's device
+  std::string transport = "mpi";
+  int ranks_per_device = 1;
   PassTiming forward;
   std::optional<PassTiming> backward;
   std::optional<std::vector<OutputError>> errors;  // with --check

@@ -65,6 +65,12 @@ class Communicator {
   /// blocking the host.
   virtual void wait(PendingTransfer& transfer) = 0;
 
+  /// The device stream whose work produces the send buffers and consumes the received ones (a
+  /// cudaStream_t for CUDA communicators; nullptr is the legacy default stream, their default):
+  /// transfers start after the work already enqueued on it, and wait() orders its later work
+  /// after them. Host communicators have no streams and ignore it.
+  virtual void set_compute_stream(void* stream) { (void)stream; }
+
   /// A communicator of the ranks that pass the same `color`, ordered by `key` (then by rank).
   /// Collective over this communicator.
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;

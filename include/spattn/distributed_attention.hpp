@@ -59,6 +59,13 @@ class DistributedAttention {
   /// Which global tokens each rank holds.
   const SequenceLayout& layout() const;
 
+  /// The device stream that later calls run on (a cudaStream_t on CUDA, e.g. PyTorch's current
+  /// stream; default nullptr, the legacy default stream). Their compute is enqueued on it and
+  /// their transfers on the communicator's own stream, ordered with events; a call returns
+  /// without waiting for the device, and work the caller enqueues on the stream afterwards sees
+  /// its results. Ignored on the CPU, where calls are synchronous.
+  void set_stream(void* stream);
+
   void forward(const TensorView& q, const TensorView& k, const TensorView& v, TensorView out, TensorView lse,
                Profile* profile = nullptr);
   void backward(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,

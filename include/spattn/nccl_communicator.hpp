@@ -54,7 +54,7 @@ class NcclCommunicator final : public Communicator {
 
   /// The stream whose work produces the send buffers and consumes the received ones.
   /// Default: the legacy default stream.
-  void set_compute_stream(CUstream_st* stream);
+  void set_compute_stream(void* stream) override;
   /// The stream the transfers run on (owned by this communicator).
   CUstream_st* communication_stream() const;
   /// The NCCL communicator (still owned by whoever owned it).

@@ -35,7 +35,7 @@ class StagedMpiCommunicator final : public Communicator {
   /// The stream whose work produces the send buffers and consumes the received ones: start()
   /// copies after the work already on it, wait() orders its later work after the copies back.
   /// Default: the legacy default stream.
-  void set_compute_stream(CUstream_st* stream);
+  void set_compute_stream(void* stream) override;
 
   int rank() const override;
   int size() const override;

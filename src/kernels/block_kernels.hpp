@@ -63,6 +63,10 @@ class BlockKernels {
 
   virtual Device device() const = 0;
 
+  /// Whether backward reads BackwardBlock::out (cuDNN recomputes delta from it) rather than
+  /// only delta: strategies that move the forward output to where backward runs ask this.
+  virtual bool backward_reads_output() const { return false; }
+
   virtual void forward(const ForwardBlock& block) = 0;
   virtual void backward(const BackwardBlock& block) = 0;
 
@@ -88,6 +92,16 @@ class BlockKernels {
 
   /// destination += source, element-wise (fp32 accumulators, e.g. gradients arriving from a peer).
   virtual void add(const TensorView& source, TensorView destination) = 0;
+
+  /// The device stream that later calls enqueue their work on (a cudaStream_t for CUDA; nullptr
+  /// is the legacy default stream). Work enqueued before on the previous stream is ordered
+  /// before later work, so a plan may follow its caller from stream to stream (PyTorch's current
+  /// stream changes). CPU kernels run on the calling thread and ignore it.
+  virtual void set_stream(void* stream) { (void)stream; }
+
+  /// Blocks the host until all work enqueued so far has run: only for callers that time or read
+  /// results on the host (a Profile). CPU kernels are synchronous already.
+  virtual void synchronize() {}
 
   /// Device memory for workspaces, allocated once per plan, never inside a step loop.
   virtual void* allocate(std::size_t bytes) = 0;

@@ -61,14 +61,16 @@ class AllGatherStrategy final : public Strategy {
   }
 
   const SequenceLayout& layout() const override { return sequence_layout; }
+  void set_stream(void* stream) override { device_stream = stream; }
 
   void forward(const TensorView& q, const TensorView& k, const TensorView& v, TensorView out, TensorView lse,
                Profile* profile) override {
+    bind_stream();
     agree_on_call(comm, forward_arguments_error(shape, local_seq, kernels->device(), q, k, v, out, lse),
                   call_signature(kAllGatherStrategyId, shape, options));
     ensure_workspace(/*backward=*/false);
     const int heads = static_cast<int>(shape.kv_heads);
-    ProfileRecorder recorder(profile, heads);
+    ProfileRecorder recorder(profile, heads, *kernels);
     std::unique_ptr<PendingTransfer> gather;
     recorder.compute(0, [&] { gather = start_gather(k, v, 0, recorder, 0); });
     for (int kv_head = 0; kv_head < heads; ++kv_head) {
@@ -85,12 +87,13 @@ class AllGatherStrategy final : public Strategy {
   void backward(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                 const TensorView& lse, const TensorView& dout, TensorView dq, TensorView dk, TensorView dv,
                 Profile* profile) override {
+    bind_stream();
     agree_on_call(comm,
                   backward_arguments_error(shape, local_seq, kernels->device(), q, k, v, out, lse, dout, dq, dk, dv),
                   call_signature(kAllGatherStrategyId, shape, options));
     ensure_workspace(/*backward=*/true);
     const int heads = static_cast<int>(shape.kv_heads);
-    ProfileRecorder recorder(profile, heads);
+    ProfileRecorder recorder(profile, heads, *kernels);
     std::unique_ptr<PendingTransfer> gather, reduction;
     recorder.compute(0, [&] {
       kernels->softmax_delta(out, dout, delta);
@@ -116,6 +119,12 @@ class AllGatherStrategy final : public Strategy {
   }
 
  private:
+  // The communicator may serve other plans on other streams in between: bind it at every call.
+  void bind_stream() {
+    kernels->set_stream(device_stream);
+    comm.set_compute_stream(device_stream);
+  }
+
   SequenceLayout agreed_layout(const std::string& caller_error) {
     const std::string error =
         first_error({caller_error, shape_and_options_error(shape, options),
@@ -265,6 +274,7 @@ class AllGatherStrategy final : public Strategy {
   const AttentionOptions options;
   const SequenceLayout sequence_layout;
   std::unique_ptr<BlockKernels> kernels;
+  void* device_stream = nullptr;  // see set_stream
   const AttentionMask mask;
   const float scale;
   const int rank;

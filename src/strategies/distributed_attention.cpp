@@ -63,6 +63,8 @@ DistributedAttention::~DistributedAttention() = default;
 
 const SequenceLayout& DistributedAttention::layout() const { return strategy_->layout(); }
 
+void DistributedAttention::set_stream(void* stream) { strategy_->set_stream(stream); }
+
 void DistributedAttention::forward(const TensorView& q, const TensorView& k, const TensorView& v, TensorView out,
                                    TensorView lse, Profile* profile) {
   strategy_->forward(q, k, v, out, lse, profile);

@@ -1,10 +1,13 @@
 #pragma once
 // Fills a Profile (when the caller asked for one) with wall time split into compute and waiting
-// on communication, per step on request.
+// on communication, per step on request. On a device that runs asynchronously, a profiled call
+// synchronizes the host with the kernels' stream at the end of every timed section, so that each
+// time is the device's; a call without a Profile never synchronizes.
 
 #include <chrono>
 #include <utility>
 
+#include "kernels/block_kernels.hpp"
 #include "spattn/profile.hpp"
 
 namespace spattn {
@@ -13,8 +16,11 @@ class ProfileRecorder {
  public:
   using Clock = std::chrono::steady_clock;
 
-  /// Starts the call's clock; `profile` may be null (then nothing is recorded).
-  ProfileRecorder(Profile* profile, int steps) : profile_(profile), call_start_(Clock::now()) {
+  /// Starts the call's clock once the work queued before the call has run; `profile` may be
+  /// null (then nothing is recorded).
+  ProfileRecorder(Profile* profile, int steps, BlockKernels& kernels) : profile_(profile), kernels_(kernels) {
+    if (profile_) kernels_.synchronize();
+    call_start_ = Clock::now();
     if (!profile_) return;
     *profile_ = Profile{profile_->per_step, 0, 0, 0, 0, 0, {}};
     if (profile_->per_step) profile_->steps.assign(static_cast<std::size_t>(steps), StepTiming{});
@@ -76,6 +82,7 @@ class ProfileRecorder {
     }
     const Clock::time_point start = Clock::now();
     work();
+    kernels_.synchronize();
     const double elapsed = milliseconds_since(start);
     profile_->*total_field += elapsed;
     if (profile_->per_step && step >= 0 && step < static_cast<int>(profile_->steps.size()))
@@ -83,6 +90,7 @@ class ProfileRecorder {
   }
 
   Profile* profile_;
+  BlockKernels& kernels_;
   Clock::time_point call_start_;
 };
 

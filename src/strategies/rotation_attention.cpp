@@ -65,13 +65,15 @@ class RotationStrategy final : public Strategy {
   }
 
   const SequenceLayout& layout() const override { return sequence_layout; }
+  void set_stream(void* stream) override { device_stream = stream; }
 
   void forward(const TensorView& q, const TensorView& k, const TensorView& v, TensorView out, TensorView lse,
                Profile* profile) override {
+    bind_stream();
     agree_on_call(comm, forward_arguments_error(shape, local_seq(), kernels->device(), q, k, v, out, lse),
                   call_signature(strategy, shape, options));
     ensure_forward_workspace();
-    ProfileRecorder recorder(profile, ranks);
+    ProfileRecorder recorder(profile, ranks, *kernels);
     int current = 0;
     recorder.compute(0, [&] {
       fill_own_slots(k, v, rotating_kv[current]);
@@ -97,11 +99,12 @@ class RotationStrategy final : public Strategy {
   void backward(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                 const TensorView& lse, const TensorView& dout, TensorView dq, TensorView dk, TensorView dv,
                 Profile* profile) override {
+    bind_stream();
     agree_on_call(comm,
                   backward_arguments_error(shape, local_seq(), kernels->device(), q, k, v, out, lse, dout, dq, dk, dv),
                   call_signature(strategy, shape, options));
     ensure_backward_workspace();
-    ProfileRecorder recorder(profile, ranks);
+    ProfileRecorder recorder(profile, ranks, *kernels);
     int current = 0;
     recorder.compute(0, [&] {
       fill_own_slots(k, v, rotating_kv[current]);
@@ -144,6 +147,12 @@ class RotationStrategy final : public Strategy {
   }
 
  private:
+  // The communicator may serve other plans on other streams in between: bind it at every call.
+  void bind_stream() {
+    kernels->set_stream(device_stream);
+    comm.set_compute_stream(device_stream);
+  }
+
   // Validates the plan's arguments and agrees on them with every rank before building anything.
   SequenceLayout agreed_layout(const RotationKind& kind, const std::string& caller_error) {
     const std::string error =
@@ -319,6 +328,7 @@ class RotationStrategy final : public Strategy {
   const SequenceLayout sequence_layout;
   const CycleSchedule schedule;
   std::unique_ptr<BlockKernels> kernels;
+  void* device_stream = nullptr;  // see set_stream
   const AttentionMask mask;
   const float scale;
   const int rank;

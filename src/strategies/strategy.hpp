@@ -14,6 +14,9 @@ class DistributedAttention::Strategy {
  public:
   virtual ~Strategy() = default;
   virtual const SequenceLayout& layout() const = 0;
+  /// The device stream of later calls (DistributedAttention::set_stream). Each call binds its
+  /// kernels and communicators to it before anything else.
+  virtual void set_stream(void* stream) = 0;
   virtual void forward(const TensorView& q, const TensorView& k, const TensorView& v, TensorView out, TensorView lse,
                        Profile* profile) = 0;
   virtual void backward(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,

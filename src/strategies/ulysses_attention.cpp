@@ -193,14 +193,19 @@ class UlyssesStrategy final : public Strategy {
   }
 
   const SequenceLayout& layout() const override { return sequence_layout; }
+  void set_stream(void* stream) override {
+    device_stream = stream;
+    if (across.inner) across.inner->set_stream(stream);
+  }
 
   void forward(const TensorView& q, const TensorView& k, const TensorView& v, TensorView out, TensorView lse,
                Profile* profile) override {
+    bind_stream();
     // Agreement spans every rank of the call: a group that refused alone would leave the other
     // groups waiting in the inner strategy.
     agree_on_call(world, forward_arguments_error(shape, local_seq, kernels->device(), q, k, v, out, lse), signature);
     ensure_forward_workspace();
-    ProfileRecorder recorder(profile, kSteps);
+    ProfileRecorder recorder(profile, kSteps, *kernels);
 
     recorder.compute(kToHeadsStep, [&] { pack_inputs(forward_inputs, q, k, v); });
     exchange(recorder, kToHeadsStep, forward_inputs);
@@ -228,17 +233,18 @@ class UlyssesStrategy final : public Strategy {
   void backward(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                 const TensorView& lse, const TensorView& dout, TensorView dq, TensorView dk, TensorView dv,
                 Profile* profile) override {
+    bind_stream();
     agree_on_call(world,
                   backward_arguments_error(shape, local_seq, kernels->device(), q, k, v, out, lse, dout, dq, dk, dv),
                   signature);
     ensure_backward_workspace();
-    ProfileRecorder recorder(profile, kSteps);
+    ProfileRecorder recorder(profile, kSteps, *kernels);
 
     recorder.compute(kToHeadsStep, [&] {
       pack_inputs(backward_inputs, q, k, v);
       pack_head_shards(dout, kBshd, query_heads_of, backward_inputs, kDoutPart);
       pack_head_shards(lse, kBhs, query_heads_of, backward_inputs, kLseInPart);
-      if (across.inner) {
+      if (output_travels()) {
         pack_head_shards(out, kBshd, query_heads_of, backward_inputs, kOutputPart);
       } else {
         kernels->softmax_delta(out, dout, local_delta);
@@ -250,8 +256,9 @@ class UlyssesStrategy final : public Strategy {
       unpack_inputs(backward_inputs);
       unpack_sequence_shards(backward_inputs, kDoutPart, kBshd, full_dout);
       unpack_sequence_shards(backward_inputs, kLseInPart, kBhs, full_lse);
-      if (across.inner) unpack_sequence_shards(backward_inputs, kOutputPart, kBshd, full_out);
+      if (output_travels()) unpack_sequence_shards(backward_inputs, kOutputPart, kBshd, full_out);
       else unpack_sequence_shards(backward_inputs, kOutputPart, kBhs, full_delta);
+      if (output_travels() && !across.inner) kernels->softmax_delta(full_out, full_dout, full_delta);
     });
 
     Profile* inner_profile = profile ? &inner_timing : nullptr;
@@ -288,9 +295,9 @@ class UlyssesStrategy final : public Strategy {
   // sequence shards: the block for peer p holds p's tokens of this rank's heads (forward: out,
   // lse; backward: dq, dk, dv).
   //
-  // The forward output that backward moves is delta = rowsum(dout * out) for the block kernels,
-  // computed where out is so that out itself never travels, and out for an inner strategy, whose
-  // backward takes out and computes delta itself.
+  // The forward output that backward moves is delta = rowsum(dout * out) for block kernels that
+  // read only delta, computed where out is so that out itself never travels, and out for an inner
+  // strategy or kernels that read out (see output_travels).
   enum InputPart { kQPart, kKPart, kVPart, kDoutPart, kLseInPart, kOutputPart };
   enum ForwardResultPart { kOutPart, kLsePart };
   enum GradientPart { kDqPart, kDkPart, kDvPart };
@@ -307,7 +314,7 @@ class UlyssesStrategy final : public Strategy {
     }
     backward_inputs.add_part(shape.dtype, {B, local_seq, heads_per_rank, D});  // dout
     backward_inputs.add_part(DType::f32, {B, heads_per_rank, local_seq});      // lse
-    if (across.inner) backward_inputs.add_part(shape.dtype, {B, local_seq, heads_per_rank, D});  // out
+    if (output_travels()) backward_inputs.add_part(shape.dtype, {B, local_seq, heads_per_rank, D});  // out
     else backward_inputs.add_part(DType::f32, {B, heads_per_rank, local_seq});                   // delta
     forward_results.add_part(shape.dtype, {B, local_seq, heads_per_rank, D});  // out
     forward_results.add_part(DType::f32, {B, heads_per_rank, local_seq});      // lse
@@ -317,6 +324,10 @@ class UlyssesStrategy final : public Strategy {
     gradients.add_part(result_dtype, {B, local_seq, kv_heads_per_block, D});  // dk
     gradients.add_part(result_dtype, {B, local_seq, kv_heads_per_block, D});  // dv
   }
+
+  // Whether backward moves the forward output itself: an inner strategy's backward takes out, and
+  // so do kernels whose backward recomputes delta from it (cuDNN).
+  bool output_travels() const { return across.inner || kernels->backward_reads_output(); }
 
   // A new workspace tensor owned by `owner`.
   TensorView allocate(std::vector<DeviceBuffer>& owner, DType dtype, std::initializer_list<int64_t> dims) {
@@ -349,12 +360,9 @@ class UlyssesStrategy final : public Strategy {
     ensure_head_shards();
     if (!backward_buffers.empty()) return;
     const int64_t B = shape.batch, D = shape.head_dim;
-    if (across.inner) {
-      ensure_full_out();
-    } else {
-      local_delta = allocate(backward_buffers, DType::f32, {B, shape.heads, local_seq});
-      full_delta = allocate(backward_buffers, DType::f32, {B, heads_per_rank, group_seq});
-    }
+    if (output_travels()) ensure_full_out();
+    if (!output_travels()) local_delta = allocate(backward_buffers, DType::f32, {B, shape.heads, local_seq});
+    if (!across.inner) full_delta = allocate(backward_buffers, DType::f32, {B, heads_per_rank, group_seq});
     full_dout = allocate(backward_buffers, shape.dtype, {B, group_seq, heads_per_rank, D});
     full_dq = allocate(backward_buffers, result_dtype, {B, group_seq, heads_per_rank, D});
     full_dk = allocate(backward_buffers, result_dtype, {B, group_seq, own_kv_heads, D});
@@ -395,6 +403,7 @@ class UlyssesStrategy final : public Strategy {
       backward_block.q_position = 0;
       backward_block.segments = {{{keys(full_k), keys(full_v), 0}, keys(full_dk), keys(full_dv)}};
       backward_block.dout = queries(full_dout, kBshd);
+      backward_block.out = output_travels() ? queries(full_out, kBshd) : TensorView{};
       backward_block.lse = queries(full_lse, kBhs);
       backward_block.delta = queries(full_delta, kBhs);
       backward_block.mask = mask;
@@ -447,6 +456,14 @@ class UlyssesStrategy final : public Strategy {
     }
   }
 
+  // The communicators may serve other plans on other streams in between: bind them at every call
+  // (the inner strategy binds its own).
+  void bind_stream() {
+    kernels->set_stream(device_stream);
+    world.set_compute_stream(device_stream);
+    comm.set_compute_stream(device_stream);
+  }
+
   void pack_inputs(const AllToAllExchange& inputs, const TensorView& q, const TensorView& k, const TensorView& v) {
     pack_head_shards(q, kBshd, query_heads_of, inputs, kQPart);
     pack_head_shards(k, kBshd, kv_heads_of, inputs, kKPart);
@@ -465,6 +482,7 @@ class UlyssesStrategy final : public Strategy {
   const std::vector<int64_t> signature;
   const SequenceLayout sequence_layout;
   std::unique_ptr<BlockKernels> kernels;
+  void* device_stream = nullptr;  // see set_stream
   const AttentionMask mask;
   const float scale;
   const int rank;   // in comm
@@ -482,7 +500,7 @@ class UlyssesStrategy final : public Strategy {
 
   AllToAllExchange forward_inputs;   // q, k, v
   AllToAllExchange forward_results;  // out, lse
-  AllToAllExchange backward_inputs;  // q, k, v, dout, lse, and delta or out
+  AllToAllExchange backward_inputs;  // q, k, v, dout, lse, and delta or out (see output_travels)
   AllToAllExchange gradients;        // dq, dk, dv in result_dtype
 
   std::vector<DeviceBuffer> head_shard_buffers;
@@ -491,9 +509,10 @@ class UlyssesStrategy final : public Strategy {
   TensorView full_v;    // (B, group_seq, own_kv_heads, D)
   TensorView full_lse;  // (B, H/ranks, group_seq) fp32: written by forward, received by backward
   std::vector<DeviceBuffer> out_buffers;
-  TensorView full_out;  // (B, group_seq, H/ranks, D) result_dtype: written by forward, received by an inner backward
+  TensorView full_out;  // (B, group_seq, H/ranks, D) result_dtype: written by forward, received by backward when
+                        // output_travels()
   std::vector<DeviceBuffer> backward_buffers;
-  TensorView local_delta;  // (B, H, S/N) fp32, block kernels only
+  TensorView local_delta;  // (B, H, S/N) fp32, block kernels that read only delta
   TensorView full_dout;    // (B, group_seq, H/ranks, D)
   TensorView full_delta;   // (B, H/ranks, group_seq) fp32, block kernels only
   TensorView full_dq;      // (B, group_seq, H/ranks, D) result_dtype

@@ -12,10 +12,15 @@
 namespace spattn {
 
 void expect_accurate(Algorithm algorithm, const AttentionProblem& problem, const StrategyOptions& strategy_options) {
-  const StrategyRun distributed = run_strategy(world(), algorithm, problem, 0, 1, false, strategy_options);
+  expect_accurate_on(world(), algorithm, problem, strategy_options);
+}
+
+void expect_accurate_on(Communicator& communicator, Algorithm algorithm, const AttentionProblem& problem,
+                        const StrategyOptions& strategy_options) {
+  const StrategyRun distributed = run_strategy(communicator, algorithm, problem, 0, 1, false, strategy_options);
   std::string failures;
   if (world().rank() == 0) {
-    const AttentionOutputs single = run_single_device(problem);
+    const AttentionOutputs single = run_single_device(problem, communicator.device());
     const ReferenceResult reference = reference_attention(problem.q.view(), problem.k.view(), problem.v.view(),
                                                           problem.dout.view(), problem.options);
     const std::vector<OutputError> errors = compare_with_reference(distributed.outputs, single, reference);

@@ -30,6 +30,11 @@ inline const MaskCase kMasks[] = {
 void expect_accurate(Algorithm algorithm, const AttentionProblem& problem,
                      const StrategyOptions& strategy_options = {});
 
+/// The same over `communicator` (the ranks of world(), on any device): the single-device
+/// baseline runs on rank 0's device, so GPU strategies are held to the GPU kernels' own error.
+void expect_accurate_on(Communicator& communicator, Algorithm algorithm, const AttentionProblem& problem,
+                        const StrategyOptions& strategy_options = {});
+
 /// A profile of a call with per-step timing adds up: positive total and compute, no negative
 /// time anywhere, compute plus waiting within the total, `steps` entries whose sums are the totals.
 void expect_consistent_profile(const Profile& profile, std::size_t steps);

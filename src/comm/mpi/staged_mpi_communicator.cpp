@@ -179,7 +179,9 @@ StagedMpiCommunicator::~StagedMpiCommunicator() {
   cudaStreamDestroy(state_->staging_stream);
 }
 
-void StagedMpiCommunicator::set_compute_stream(CUstream_st* stream) { state_->compute_stream = stream; }
+void StagedMpiCommunicator::set_compute_stream(void* stream) {
+  state_->compute_stream = static_cast<cudaStream_t>(stream);
+}
 
 int StagedMpiCommunicator::rank() const { return state_->host->rank(); }
 int StagedMpiCommunicator::size() const { return state_->host->size(); }

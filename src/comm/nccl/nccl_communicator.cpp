@@ -286,7 +286,9 @@ NcclCommunicator::NcclCommunicator(ncclComm* borrowed_comm, double timeout_secon
 
 NcclCommunicator::~NcclCommunicator() = default;
 
-void NcclCommunicator::set_compute_stream(CUstream_st* stream) { state_->compute_stream = stream; }
+void NcclCommunicator::set_compute_stream(void* stream) {
+  state_->compute_stream = static_cast<cudaStream_t>(stream);
+}
 CUstream_st* NcclCommunicator::communication_stream() const { return state_->stream; }
 ncclComm* NcclCommunicator::nccl_comm() const { return state_->comm; }
 

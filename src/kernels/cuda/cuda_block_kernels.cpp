@@ -48,10 +48,16 @@ void check_segment(const KvSegment& segment, const TensorView& q, const Device& 
 }  // namespace
 
 CudaBlockKernels::CudaBlockKernels(const Device& device)
-    : elementwise_(device), attention_(device, elementwise_.stream()) {}
+    : elementwise_(device), attention_(device, elementwise_.stream()) {
+  CurrentDeviceGuard guard(device.index);
+  SPATTN_CUDA_CHECK(cudaEventCreateWithFlags(&stream_switch_, cudaEventDisableTiming));
+}
 
 CudaBlockKernels::CudaBlockKernels(const Device& device, cudaStream_t stream)
-    : elementwise_(device, stream), attention_(device, stream) {}
+    : elementwise_(device, stream), attention_(device, stream) {
+  CurrentDeviceGuard guard(device.index);
+  SPATTN_CUDA_CHECK(cudaEventCreateWithFlags(&stream_switch_, cudaEventDisableTiming));
+}
 
 CudaBlockKernels::~CudaBlockKernels() {
   // Queued work may still use the scratch buffers; a destructor must not throw.
@@ -60,8 +66,21 @@ CudaBlockKernels::~CudaBlockKernels() {
     cudaStreamSynchronize(elementwise_.stream());
     for (Scratch* buffer : {&out_, &stats_, &dk_, &dv_, &final_out_, &final_dout_})
       if (buffer->data != nullptr) cudaFree(buffer->data);
+    cudaEventDestroy(stream_switch_);
   } catch (...) {  // no device to switch to: nothing left to release on it
   }
+}
+
+void CudaBlockKernels::set_stream(void* stream) {
+  const auto next = static_cast<cudaStream_t>(stream);
+  if (next == elementwise_.stream()) return;
+  // Work still queued on the old stream uses the same scratch and workspace as the new stream's
+  // work will: the new stream waits for it (no host synchronization).
+  CurrentDeviceGuard guard(elementwise_.device().index);
+  SPATTN_CUDA_CHECK(cudaEventRecord(stream_switch_, elementwise_.stream()));
+  SPATTN_CUDA_CHECK(cudaStreamWaitEvent(next, stream_switch_, 0));
+  elementwise_.set_stream(next);
+  attention_.set_stream(next);
 }
 
 void* CudaBlockKernels::scratch(Scratch& buffer, std::size_t bytes) {

@@ -23,6 +23,7 @@ class CudaBlockKernels final : public BlockKernels {
   ~CudaBlockKernels() override;
 
   Device device() const override { return elementwise_.device(); }
+  bool backward_reads_output() const override { return true; }
   cudaStream_t stream() const { return elementwise_.stream(); }
 
   /// For every segment, every piece (plan_cudnn_pieces): cuDNN forward into a workspace (input
@@ -42,8 +43,10 @@ class CudaBlockKernels final : public BlockKernels {
   void* allocate(std::size_t bytes) override;
   void deallocate(void* pointer) override;
 
-  /// Waits on the host for everything enqueued so far (tests).
-  void synchronize() { elementwise_.synchronize(); }
+  /// Orders later work on `stream` (a cudaStream_t) after the work already enqueued here.
+  void set_stream(void* stream) override;
+  /// Waits on the host for everything enqueued so far.
+  void synchronize() override { elementwise_.synchronize(); }
   /// cuDNN graphs built so far (tests of the cache).
   std::size_t cached_graphs() const { return attention_.cached_graphs(); }
 
@@ -57,6 +60,7 @@ class CudaBlockKernels final : public BlockKernels {
   void* scratch(Scratch& buffer, std::size_t bytes);
 
   CudaElementwiseKernels elementwise_;
+  cudaEvent_t stream_switch_ = nullptr;  // orders a new stream after the previous one
   CudnnAttention attention_;
   Scratch out_;    // forward: piece out (B, n, H, D); backward: dq (B, n, H, D)
   Scratch stats_;  // piece lse (B, H, n) fp32

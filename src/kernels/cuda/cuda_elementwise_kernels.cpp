@@ -31,27 +31,37 @@ void check_fp32(const TensorView& tensor, const char* name) {
 
 }  // namespace
 
-CudaElementwiseKernels::CudaElementwiseKernels(const Device& device)
-    : device_(device), stream_(nullptr), owns_stream_(true) {
+CudaElementwiseKernels::CudaElementwiseKernels(const Device& device) : device_(device), stream_(nullptr) {
   check_cuda_device(device);
   CurrentDeviceGuard guard(device.index);
   // Non-blocking: the legacy default stream, which other libraries may use, does not serialize it.
-  SPATTN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  SPATTN_CUDA_CHECK(cudaStreamCreateWithFlags(&owned_stream_, cudaStreamNonBlocking));
+  stream_ = owned_stream_;
 }
 
 CudaElementwiseKernels::CudaElementwiseKernels(const Device& device, cudaStream_t stream)
-    : device_(device), stream_(stream), owns_stream_(false) {
+    : device_(device), stream_(nullptr) {
   check_cuda_device(device);
-  CurrentDeviceGuard guard(device.index);
-  int stream_device = -1;
-  SPATTN_CUDA_CHECK(cudaStreamGetDevice(stream, &stream_device));
-  SPATTN_CHECK(stream_device == device.index, "the stream given for " << device_name(device)
-                                                  << " belongs to cuda:" << stream_device);
+  set_stream(stream);
 }
 
 CudaElementwiseKernels::~CudaElementwiseKernels() {
   // A destructor must not throw; destroying a stream we created has no failure to act on.
-  if (owns_stream_) cudaStreamDestroy(stream_);
+  if (owned_stream_ != nullptr) cudaStreamDestroy(owned_stream_);
+}
+
+void CudaElementwiseKernels::set_stream(cudaStream_t stream) {
+  // The legacy and per-thread default streams (handles 0, 1, 2) belong to whichever device is
+  // current when work is enqueued, which CurrentDeviceGuard makes ours: nothing to check.
+  const bool default_stream = stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread;
+  if (!default_stream) {
+    CurrentDeviceGuard guard(device_.index);
+    int stream_device = -1;
+    SPATTN_CUDA_CHECK(cudaStreamGetDevice(stream, &stream_device));
+    SPATTN_CHECK(stream_device == device_.index, "the stream given for " << device_name(device_)
+                                                     << " belongs to cuda:" << stream_device);
+  }
+  stream_ = stream;
 }
 
 void CudaElementwiseKernels::check_on_this_device(const TensorView& tensor, const char* name) const {

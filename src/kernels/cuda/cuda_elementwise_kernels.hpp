@@ -29,6 +29,9 @@ class CudaElementwiseKernels {
 
   Device device() const { return device_; }
   cudaStream_t stream() const { return stream_; }
+  /// Enqueues later work on `stream` (of this device). The caller orders it after the previous
+  /// stream's work (CudaBlockKernels::set_stream does, with an event).
+  void set_stream(cudaStream_t stream);
 
   /// See BlockKernels::merge.
   void merge(const TensorView& partial_out,  // (B, S, H, D) any dtype
@@ -67,7 +70,7 @@ class CudaElementwiseKernels {
 
   Device device_;
   cudaStream_t stream_;
-  bool owns_stream_;
+  cudaStream_t owned_stream_ = nullptr;  // created here, destroyed with this object
 };
 
 }  // namespace spattn::cuda

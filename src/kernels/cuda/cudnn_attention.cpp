@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 #include <sstream>
 #include <string>
 #include <unordered_map>
@@ -149,17 +150,42 @@ struct CudnnAttention::Graph {
   int64_t workspace_bytes = 0;
 };
 
-CudnnAttention::CudnnAttention(const Device& device, cudaStream_t stream) : device_(device), stream_(stream) {
-  CurrentDeviceGuard guard(device.index);
+// Built graphs are bound to the handle they were built with, so the handle is shared with them.
+// Calls take the mutex, set the handle's stream to their own and build or execute under it.
+struct CudnnAttention::SharedGraphs {
+  std::mutex mutex;
   cudnnHandle_t handle = nullptr;
-  SPATTN_CUDNN_CHECK(cudnnCreate(&handle));
-  handle_ = handle;
-  const cudnnStatus_t status = cudnnSetStream(handle, stream);
-  if (status != CUDNN_STATUS_SUCCESS) {
-    cudnnDestroy(handle);
-    SPATTN_CUDNN_CHECK(status);
+  std::map<std::vector<int64_t>, std::unique_ptr<Graph>> graphs;
+
+  ~SharedGraphs() {
+    graphs.clear();  // before the handle they were built with
+    if (handle != nullptr) cudnnDestroy(handle);
   }
+};
+
+namespace {
+
+// The shared graphs of cuda:`device_index`: those of the live CudnnAttention objects of that
+// device, or new ones when none is alive. They go with the last object, so that nothing of cuDNN
+// outlives the plans (a process-long cache would be torn down after the CUDA runtime at exit).
+std::shared_ptr<CudnnAttention::SharedGraphs> shared_graphs_of(int device_index) {
+  static std::mutex registry_mutex;
+  static std::map<int, std::weak_ptr<CudnnAttention::SharedGraphs>> registry;
+  const std::lock_guard<std::mutex> lock(registry_mutex);
+  std::shared_ptr<CudnnAttention::SharedGraphs> shared = registry[device_index].lock();
+  if (shared == nullptr) {
+    shared = std::make_shared<CudnnAttention::SharedGraphs>();
+    CurrentDeviceGuard guard(device_index);
+    SPATTN_CUDNN_CHECK(cudnnCreate(&shared->handle));
+    registry[device_index] = shared;
+  }
+  return shared;
 }
+
+}  // namespace
+
+CudnnAttention::CudnnAttention(const Device& device, cudaStream_t stream)
+    : device_(device), stream_(stream), shared_(shared_graphs_of(device.index)) {}
 
 CudnnAttention::~CudnnAttention() {
   // A destructor must not throw: release what can be released. Pending work on the stream may
@@ -167,11 +193,16 @@ CudnnAttention::~CudnnAttention() {
   try {
     CurrentDeviceGuard guard(device_.index);
     cudaStreamSynchronize(stream_);
-    graphs_.clear();
     if (workspace_ != nullptr) cudaFree(workspace_);
-    cudnnDestroy(static_cast<cudnnHandle_t>(handle_));
   } catch (...) {  // no device to switch to: nothing left to release on it
   }
+}
+
+void CudnnAttention::set_stream(cudaStream_t stream) { stream_ = stream; }
+
+std::size_t CudnnAttention::cached_graphs() const {
+  const std::lock_guard<std::mutex> lock(shared_->mutex);
+  return shared_->graphs.size();
 }
 
 void* CudnnAttention::workspace(std::size_t bytes) {
@@ -193,8 +224,8 @@ void* CudnnAttention::workspace(std::size_t bytes) {
 const CudnnAttention::Graph& CudnnAttention::graph_for(const std::vector<int64_t>& key, bool backward,
                                                        const TensorView* operands, const CudnnPiece& mask,
                                                        float scale) {
-  const auto found = graphs_.find(key);
-  if (found != graphs_.end()) return *found->second;
+  const auto found = shared_->graphs.find(key);
+  if (found != shared_->graphs.end()) return *found->second;
 
   // operands: q, k, v, out, then (backward) dout, dq, dk, dv.
   const TensorView& q = operands[0];
@@ -236,7 +267,7 @@ const CudnnAttention::Graph& CudnnAttention::graph_for(const std::vector<int64_t
     set_bhsd_output(*dv_tensor, kDV, operands[7]);
   }
 
-  const auto handle = static_cast<cudnnHandle_t>(handle_);
+  const cudnnHandle_t handle = shared_->handle;
   check_frontend(graph->validate(), "validate", what);
   check_frontend(graph->build_operation_graph(handle), "build_operation_graph", what);
   check_frontend(graph->create_execution_plans({fe::HeurMode_t::A}), "create_execution_plans", what);
@@ -246,7 +277,7 @@ const CudnnAttention::Graph& CudnnAttention::graph_for(const std::vector<int64_t
   auto built = std::make_unique<Graph>();
   built->graph = std::move(graph);
   check_frontend(built->graph->get_workspace_size(built->workspace_bytes), "get_workspace_size", what);
-  return *graphs_.emplace(key, std::move(built)).first->second;
+  return *shared_->graphs.emplace(key, std::move(built)).first->second;
 }
 
 void CudnnAttention::forward(const TensorView& q, const TensorView& k, const TensorView& v, const CudnnPiece& mask,
@@ -267,12 +298,14 @@ void CudnnAttention::forward(const TensorView& q, const TensorView& k, const Ten
   key.push_back(scale_bits);
   const TensorView operands[] = {q, k, v, out};
   for (const TensorView& operand : operands) append_view(key, operand);
+  const std::lock_guard<std::mutex> lock(shared_->mutex);
+  SPATTN_CUDNN_CHECK(cudnnSetStream(shared_->handle, stream_));
   const Graph& graph = graph_for(key, false, operands, mask, scale);
 
   std::unordered_map<int64_t, void*> pack{{kQ, q.data}, {kK, k.data}, {kV, v.data}, {kO, out.data},
                                           {kStats, stats.data}};
   void* work = workspace(static_cast<std::size_t>(graph.workspace_bytes));
-  check_frontend(graph.graph->execute(static_cast<cudnnHandle_t>(handle_), pack, work), "execute",
+  check_frontend(graph.graph->execute(shared_->handle, pack, work), "execute",
                  describe_call("forward", q, k, mask));
 }
 
@@ -303,13 +336,15 @@ void CudnnAttention::backward(const TensorView& q, const TensorView& k, const Te
   key.push_back(scale_bits);
   const TensorView operands[] = {q, k, v, out, dout, dq, dk, dv};
   for (const TensorView& operand : operands) append_view(key, operand);
+  const std::lock_guard<std::mutex> lock(shared_->mutex);
+  SPATTN_CUDNN_CHECK(cudnnSetStream(shared_->handle, stream_));
   const Graph& graph = graph_for(key, true, operands, mask, scale);
 
   std::unordered_map<int64_t, void*> pack{{kQ, q.data},     {kK, k.data},   {kV, v.data},   {kO, out.data},
                                           {kDO, dout.data}, {kStats, stats.data}, {kDQ, dq.data}, {kDK, dk.data},
                                           {kDV, dv.data}};
   void* work = workspace(static_cast<std::size_t>(graph.workspace_bytes));
-  check_frontend(graph.graph->execute(static_cast<cudnnHandle_t>(handle_), pack, work), "execute",
+  check_frontend(graph.graph->execute(shared_->handle, pack, work), "execute",
                  describe_call("backward", q, k, mask));
 }
 

@@ -54,7 +54,10 @@ struct CudnnPiece {
 std::vector<CudnnPiece> plan_cudnn_pieces(int64_t q_count, int64_t q_position, int64_t k_count,
                                           int64_t k_position, const AttentionMask& mask);
 
-/// cuDNN's fused attention on one device and stream, with its graph cache and workspace.
+/// cuDNN's fused attention on one device and stream. Graphs take a while to build (cuDNN compiles
+/// their kernels at run time), so the live CudnnAttention objects of a device share one cuDNN
+/// handle and one graph cache: a plan of a shape that another live plan built builds nothing. The
+/// workspace is each object's own, so plans on different streams never share scratch.
 class CudnnAttention {
  public:
   /// A cuDNN handle on `device` whose work goes to `stream` (which must outlive this object).
@@ -62,6 +65,9 @@ class CudnnAttention {
   ~CudnnAttention();
   CudnnAttention(const CudnnAttention&) = delete;
   CudnnAttention& operator=(const CudnnAttention&) = delete;
+
+  /// Enqueues later work on `stream`; the caller orders it after the previous stream's work.
+  void set_stream(cudaStream_t stream);
 
   /// out = softmax(scale * q k^T, masked) v and stats = its log-sum-exp per row, for one piece.
   /// Throws Error for fp32 (cuDNN's fused attention has no fp32 path) or an unsupported shape.
@@ -88,20 +94,20 @@ class CudnnAttention {
                 TensorView dk,   // (B, m, HK, D) same dtype, written
                 TensorView dv);  // (B, m, HK, D) same dtype, written
 
-  /// Graphs built so far (one per distinct key), for tests of the cache.
-  std::size_t cached_graphs() const { return graphs_.size(); }
+  /// Graphs built so far on this device by the live objects (one per distinct key), for tests.
+  std::size_t cached_graphs() const;
+
+  struct Graph;        // a built cuDNN graph and its workspace size (defined in the .cpp)
+  struct SharedGraphs; // a device's handle and graph cache (defined in the .cpp)
 
  private:
-  struct Graph;  // a built cuDNN graph and its workspace size (defined in the .cpp)
-
   const Graph& graph_for(const std::vector<int64_t>& key, bool backward, const TensorView* operands,
                          const CudnnPiece& mask, float scale);
   void* workspace(std::size_t bytes);
 
   Device device_;
   cudaStream_t stream_;
-  void* handle_ = nullptr;  // cudnnHandle_t
-  std::map<std::vector<int64_t>, std::unique_ptr<Graph>> graphs_;
+  std::shared_ptr<SharedGraphs> shared_;  // this device's, shared with its other live objects
   void* workspace_ = nullptr;  // cuDNN's workspace, grown to the largest graph's need
   std::size_t workspace_bytes_ = 0;
 };

@@ -1,0 +1,371 @@
+// Distributed attention throughput on GPUs, per GPU and as a share of one GPU's: every strategy
+// against the ideal, which is one GPU running the whole global sequence with the same block
+// kernel (DistributedAttention at one rank: a single cuDNN block, no communication). Rows
+// `cudnn_call_one_gpu` time that cuDNN call alone, without the plan's merges and copies.
+//
+//   mpirun -np N spattn_gpu_bench [--algos ring,zigzag,ulysses,hamilton,allgather,usp]
+//       [--tokens-per-gpu 8192,32768,65536] [--heads 32] [--kv-heads 32,8] [--head-dim 128]
+//       [--batch 1] [--dtype bf16] [--causal both|yes|no] [--warmup 2] [--iters 5]
+//       [--transport auto] [--no-ideal] [--csv PATH] [--device-name TEXT]
+//
+// FLOP by the flash-attention convention over the global sequence S: forward 4 B H S^2 D, half of
+// it under a causal mask; forward+backward 3.5x forward. Per-GPU TFLOP/s divides by the ranks.
+// Each time is the slowest rank's mean over --iters back-to-back calls after --warmup, bracketed
+// by device synchronization (no Profile, so nothing inside the calls synchronizes). The CSV has
+// the columns of bench/torch_context_parallel.py, so that bench/plot_results.py draws both.
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/cudnn_attention.hpp"
+#include "spattn/device_communicator.hpp"
+#include "spattn/device_memory.hpp"
+#include "spattn/distributed_attention.hpp"
+#include "spattn/error.hpp"
+#include "spattn/mpi_communicator.hpp"
+
+namespace spattn {
+namespace {
+
+struct BenchOptions {
+  std::vector<std::string> algorithms = {"ring", "zigzag", "ulysses", "hamilton", "allgather", "usp"};
+  std::vector<int64_t> tokens_per_gpu = {8192, 32768, 65536};
+  int64_t heads = 32;
+  std::vector<int64_t> kv_heads = {32, 8};
+  int64_t head_dim = 128;
+  int64_t batch = 1;
+  DType dtype = DType::bf16;
+  std::vector<bool> causal = {false, true};
+  int warmup = 2;
+  int iterations = 5;
+  std::string transport = "auto";
+  bool ideal = true;
+  std::string csv;
+  std::string device_name = "gpu";
+};
+
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> items;
+  std::stringstream stream(text);
+  for (std::string item; std::getline(stream, item, ',');)
+    if (!item.empty()) items.push_back(item);
+  return items;
+}
+
+std::vector<int64_t> parse_counts(const std::string& flag, const std::string& text) {
+  std::vector<int64_t> counts;
+  for (const std::string& item : split_list(text)) {
+    char* end = nullptr;
+    const long long value = std::strtoll(item.c_str(), &end, 10);
+    SPATTN_CHECK(end && *end == '\0' && value > 0, flag << " expects positive integers separated by commas, got '"
+                                                        << text << "'");
+    counts.push_back(value);
+  }
+  SPATTN_CHECK(!counts.empty(), flag << " expects at least one value");
+  return counts;
+}
+
+BenchOptions parse(int argc, char** argv) {
+  BenchOptions options;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    const auto value = [&]() -> std::string {
+      SPATTN_CHECK(i + 1 < argc, "missing value after " << flag);
+      return argv[++i];
+    };
+    if (flag == "--algos") {
+      options.algorithms = split_list(value());
+      for (const std::string& name : options.algorithms) parse_algorithm(name);  // names the allowed ones
+    } else if (flag == "--tokens-per-gpu") {
+      options.tokens_per_gpu = parse_counts(flag, value());
+    } else if (flag == "--heads") {
+      options.heads = parse_counts(flag, value()).front();
+    } else if (flag == "--kv-heads") {
+      options.kv_heads = parse_counts(flag, value());
+    } else if (flag == "--head-dim") {
+      options.head_dim = parse_counts(flag, value()).front();
+    } else if (flag == "--batch") {
+      options.batch = parse_counts(flag, value()).front();
+    } else if (flag == "--dtype") {
+      options.dtype = parse_dtype(value());
+      SPATTN_CHECK(options.dtype != DType::f32, "--dtype: the CUDA kernels take bf16 or fp16");
+    } else if (flag == "--causal") {
+      const std::string which = value();
+      SPATTN_CHECK(which == "both" || which == "yes" || which == "no", "--causal expects both, yes or no, got '"
+                                                                          << which << "'");
+      options.causal = which == "both" ? std::vector<bool>{false, true} : std::vector<bool>{which == "yes"};
+    } else if (flag == "--warmup") {
+      options.warmup = static_cast<int>(parse_counts(flag, value()).front());
+    } else if (flag == "--iters") {
+      options.iterations = static_cast<int>(parse_counts(flag, value()).front());
+    } else if (flag == "--transport") {
+      options.transport = value();
+    } else if (flag == "--no-ideal") {
+      options.ideal = false;
+    } else if (flag == "--csv") {
+      options.csv = value();
+    } else if (flag == "--device-name") {
+      options.device_name = value();
+    } else {
+      SPATTN_FAIL("unknown option '" << flag << "'; see the comment at the top of bench/gpu_attention_bench.cpp");
+    }
+  }
+  return options;
+}
+
+// A device tensor filled with normal values: a random host tile repeated over it, so that
+// billions of elements need no host generator (timing does not care that the tile repeats).
+class BenchTensor {
+ public:
+  BenchTensor(const Device& device, DType dtype, std::initializer_list<int64_t> shape, uint64_t seed)
+      : view_(TensorView::contiguous(nullptr, dtype, shape, device)),
+        memory_(device, static_cast<std::size_t>(view_.numel()) * dtype_size(dtype)) {
+    view_.data = memory_.data();
+    constexpr int64_t kTileElements = int64_t{1} << 22;
+    const int64_t tile = std::min(kTileElements, view_.numel());
+    std::vector<unsigned char> host(static_cast<std::size_t>(tile) * dtype_size(dtype));
+    std::mt19937 generator(static_cast<unsigned>(seed));
+    std::normal_distribution<float> normal;
+    for (int64_t i = 0; i < tile; ++i) store(host.data(), dtype, i, normal(generator));
+    const std::size_t element = dtype_size(dtype);
+    for (int64_t offset = 0; offset < view_.numel(); offset += tile) {
+      const int64_t count = std::min(tile, view_.numel() - offset);
+      copy_bytes(host.data(), Device::cpu(), static_cast<char*>(memory_.data()) + offset * element, device,
+                 static_cast<std::size_t>(count) * element);
+    }
+  }
+  const TensorView& view() const { return view_; }
+
+ private:
+  // Rounds `value` into element `index` of a bf16 or fp16 host buffer (truncation is fine here).
+  static void store(unsigned char* buffer, DType dtype, int64_t index, float value) {
+    uint32_t bits = 0;
+    std::memcpy(&bits, &value, sizeof bits);
+    uint16_t half = 0;
+    if (dtype == DType::bf16) {
+      half = static_cast<uint16_t>(bits >> 16);
+    } else {
+      // fp16 from the float's sign, a clamped exponent and the top mantissa bits: values near N(0, 1).
+      const uint32_t sign = (bits >> 16) & 0x8000u;
+      const int exponent = static_cast<int>((bits >> 23) & 0xff) - 127 + 15;
+      const uint32_t mantissa = (bits >> 13) & 0x3ffu;
+      half = exponent <= 0 ? static_cast<uint16_t>(sign)
+                           : static_cast<uint16_t>(sign | (static_cast<uint32_t>(std::min(exponent, 30)) << 10) | mantissa);
+    }
+    std::memcpy(buffer + index * 2, &half, sizeof half);
+  }
+
+  TensorView view_;
+  DeviceMemory memory_;
+};
+
+// The slowest rank's value.
+double slowest(Communicator& world, double mine) {
+  std::vector<double> everyone(static_cast<std::size_t>(world.size()));
+  world.host_all_gather(&mine, everyone.data(), sizeof mine);
+  return *std::max_element(everyone.begin(), everyone.end());
+}
+
+// Mean milliseconds of `call` over `iterations` back-to-back calls after `warmup`, the slowest rank's.
+double time_calls(Communicator& world, const Device& device, int warmup, int iterations,
+                  const std::function<void()>& call) {
+  for (int i = 0; i < warmup; ++i) call();
+  synchronize_device(device);
+  world.barrier();
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < iterations; ++i) call();
+  synchronize_device(device);
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  return slowest(world, ms / iterations);
+}
+
+struct PassTimes {
+  double forward_ms = 0;
+  double forward_backward_ms = 0;
+};
+
+// Forward and forward+backward of `algorithm` over `communicator` at `shape`.
+PassTimes time_strategy(Communicator& world, Communicator& communicator, Algorithm algorithm,
+                        const AttentionShape& shape, const AttentionOptions& attention, const BenchOptions& options) {
+  StrategyOptions strategy_options;
+  DistributedAttention plan(communicator, algorithm, shape, attention, strategy_options);
+  const Device device = communicator.device();
+  const int64_t local = plan.layout().local_length();
+  const int64_t B = shape.batch, H = shape.heads, HK = shape.kv_heads, D = shape.head_dim;
+  const uint64_t seed = 17 + static_cast<uint64_t>(communicator.rank()) * 101;
+  const BenchTensor q(device, shape.dtype, {B, local, H, D}, seed), k(device, shape.dtype, {B, local, HK, D}, seed + 1),
+      v(device, shape.dtype, {B, local, HK, D}, seed + 2), dout(device, shape.dtype, {B, local, H, D}, seed + 3);
+  const BenchTensor out(device, shape.dtype, {B, local, H, D}, 0), dq(device, shape.dtype, {B, local, H, D}, 0),
+      dk(device, shape.dtype, {B, local, HK, D}, 0), dv(device, shape.dtype, {B, local, HK, D}, 0);
+  const BenchTensor lse(device, DType::f32, {B, H, local}, 0);
+  const auto forward = [&] { plan.forward(q.view(), k.view(), v.view(), out.view(), lse.view()); };
+  const auto forward_backward = [&] {
+    forward();
+    plan.backward(q.view(), k.view(), v.view(), out.view(), lse.view(), dout.view(), dq.view(), dk.view(), dv.view());
+  };
+  PassTimes times;
+  times.forward_ms = time_calls(world, device, options.warmup, options.iterations, forward);
+  times.forward_backward_ms = time_calls(world, device, options.warmup, options.iterations, forward_backward);
+  return times;
+}
+
+// One cuDNN call over the whole sequence on this rank's GPU, forward and forward+backward, with
+// no merge, conversion or plan around it: how much of the ideal's time is cuDNN's own.
+PassTimes time_cudnn_alone(Communicator& alone, const AttentionShape& shape, bool causal, const BenchOptions& options) {
+  const Device device = alone.device();
+  const int64_t B = shape.batch, S = shape.seq, H = shape.heads, HK = shape.kv_heads, D = shape.head_dim;
+  const BenchTensor q(device, shape.dtype, {B, S, H, D}, 5), k(device, shape.dtype, {B, S, HK, D}, 6),
+      v(device, shape.dtype, {B, S, HK, D}, 7), dout(device, shape.dtype, {B, S, H, D}, 8);
+  const BenchTensor out(device, shape.dtype, {B, S, H, D}, 0), dq(device, shape.dtype, {B, S, H, D}, 0),
+      dk(device, shape.dtype, {B, S, HK, D}, 0), dv(device, shape.dtype, {B, S, HK, D}, 0);
+  const BenchTensor stats(device, DType::f32, {B, H, S}, 0);
+  cuda::CudnnAttention attention(device, nullptr);
+  cuda::CudnnPiece piece;
+  piece.q_count = piece.k_count = S;
+  if (causal) piece.right_bound = 0;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const auto forward = [&] { attention.forward(q.view(), k.view(), v.view(), piece, scale, out.view(), stats.view()); };
+  const auto forward_backward = [&] {
+    forward();
+    attention.backward(q.view(), k.view(), v.view(), out.view(), dout.view(), stats.view(), piece, scale, dq.view(),
+                       dk.view(), dv.view());
+  };
+  PassTimes times;
+  times.forward_ms = time_calls(alone, device, options.warmup, options.iterations, forward);
+  times.forward_backward_ms = time_calls(alone, device, options.warmup, options.iterations, forward_backward);
+  return times;
+}
+
+double forward_flop(const AttentionShape& shape, bool causal) {
+  const double flop = 4.0 * static_cast<double>(shape.batch * shape.heads) * static_cast<double>(shape.seq) *
+                      static_cast<double>(shape.seq) * static_cast<double>(shape.head_dim);
+  return causal ? flop / 2 : flop;
+}
+
+struct Row {
+  std::string implementation, algorithm;
+  int gpus = 1;
+  int64_t tokens_per_gpu = 0, kv_heads = 0;
+  bool causal = false;
+  std::string pass;
+  double ms = 0, tflops = 0, ideal_tflops = 0;
+};
+
+void write_rows(const BenchOptions& options, const std::vector<Row>& rows) {
+  std::printf("\n%-16s %-10s %4s %8s %4s %6s %-17s %10s %9s %9s %8s\n", "implementation", "algorithm", "gpus", "tok/gpu",
+              "HK", "causal", "pass", "ms", "TFLOP/s", "ideal", "% ideal");
+  for (const Row& row : rows)
+    std::printf("%-16s %-10s %4d %8lld %4lld %6s %-17s %10.3f %9.1f %9.1f %8.1f\n", row.implementation.c_str(),
+                row.algorithm.c_str(), row.gpus, static_cast<long long>(row.tokens_per_gpu),
+                static_cast<long long>(row.kv_heads), row.causal ? "yes" : "no", row.pass.c_str(), row.ms, row.tflops,
+                row.ideal_tflops, row.ideal_tflops > 0 ? 100 * row.tflops / row.ideal_tflops : 0.0);
+  std::fflush(stdout);
+  if (options.csv.empty()) return;
+  std::ifstream existing(options.csv);
+  const bool new_file = !existing.good() || existing.peek() == std::ifstream::traits_type::eof();
+  existing.close();
+  std::ofstream csv(options.csv, std::ios::app);
+  SPATTN_CHECK(csv.good(), "cannot write --csv " << options.csv);
+  if (new_file)
+    csv << "implementation,algorithm,gpus,device,batch,heads,kv_heads,head_dim,tokens_per_gpu,causal,dtype,pass,ms,"
+           "tflops_per_gpu,ideal_tflops,percent_of_ideal\n";
+  for (const Row& row : rows) {
+    csv << row.implementation << "," << row.algorithm << "," << row.gpus << "," << options.device_name << ","
+        << options.batch << "," << options.heads << "," << row.kv_heads << "," << options.head_dim << ","
+        << row.tokens_per_gpu << "," << (row.causal ? 1 : 0) << "," << dtype_name(options.dtype) << "," << row.pass
+        << "," << row.ms << "," << row.tflops << ",";
+    if (row.ideal_tflops > 0) csv << row.ideal_tflops << "," << 100 * row.tflops / row.ideal_tflops;
+    else csv << ",";
+    csv << "\n";
+  }
+}
+
+int run(int argc, char** argv) {
+  const BenchOptions options = parse(argc, argv);
+  MpiCommunicator world;
+  const DevicePlacement placement = place_on_devices(world, DeviceKind::cuda, parse_transport(options.transport));
+  const std::unique_ptr<Communicator> communicator = make_device_communicator(world, placement);
+  // The ideal: each rank alone on its GPU (a communicator of one rank), rank 0's time reported.
+  const std::unique_ptr<Communicator> alone = communicator->split(communicator->rank(), 0);
+  const int gpus = world.size();
+  if (world.rank() == 0)
+    std::printf("spattn_gpu_bench: %d rank(s) over %s, %d rank(s) per GPU; warmup %d, iters %d\n", gpus,
+                transport_name(placement.transport).c_str(), placement.ranks_per_device, options.warmup,
+                options.iterations);
+
+  for (const int64_t kv_heads : options.kv_heads) {
+    for (const bool causal : options.causal) {
+      for (const int64_t tokens : options.tokens_per_gpu) {
+        AttentionOptions attention;
+        attention.causal = causal;
+        const AttentionShape shape{options.batch, tokens * gpus, options.heads, kv_heads, options.head_dim,
+                                   options.dtype};
+        const double flop = forward_flop(shape, causal);
+        std::vector<Row> rows;
+        PassTimes ideal;
+        if (options.ideal) {
+          try {
+            ideal = time_strategy(*alone, *alone, Algorithm::ring, shape, attention, options);
+          } catch (const Error& error) {  // e.g. the whole sequence does not fit one GPU
+            if (world.rank() == 0) std::printf("ideal at %lld tokens: %s\n", static_cast<long long>(shape.seq), error.what());
+          }
+          PassTimes cudnn;
+          try {
+            cudnn = time_cudnn_alone(*alone, shape, causal, options);
+          } catch (const Error& error) {
+            if (world.rank() == 0) std::printf("cuDNN alone at %lld tokens: %s\n", static_cast<long long>(shape.seq), error.what());
+          }
+          world.barrier();
+          for (const auto& [implementation, times] :
+               {std::make_pair("spattn_one_gpu", ideal), std::make_pair("cudnn_call_one_gpu", cudnn)})
+            for (const auto& [pass, ms, factor] : {std::make_tuple("forward", times.forward_ms, 1.0),
+                                                   std::make_tuple("forward+backward", times.forward_backward_ms, 3.5)})
+              if (ms > 0)
+                rows.push_back({implementation, "local", 1, shape.seq, kv_heads, causal, pass, ms,
+                                factor * flop / (ms * 1e-3) * 1e-12, 0});
+        }
+        for (const std::string& name : options.algorithms) {
+          PassTimes times;
+          try {
+            times = time_strategy(world, *communicator, parse_algorithm(name), shape, attention, options);
+          } catch (const Error& error) {  // agreed on every rank: e.g. hamilton at 4 ranks
+            if (world.rank() == 0) std::printf("%s: %s\n", name.c_str(), error.what());
+            continue;
+          }
+          for (const auto& [pass, ms, ideal_ms, factor] :
+               {std::make_tuple("forward", times.forward_ms, ideal.forward_ms, 1.0),
+                std::make_tuple("forward+backward", times.forward_backward_ms, ideal.forward_backward_ms, 3.5)}) {
+            const double ideal_tflops = ideal_ms > 0 ? factor * flop / (ideal_ms * 1e-3) * 1e-12 : 0;
+            rows.push_back({"spattn", name, gpus, tokens, kv_heads, causal, pass, ms,
+                            factor * flop / (ms * 1e-3) * 1e-12 / gpus, ideal_tflops});
+          }
+        }
+        if (world.rank() == 0) write_rows(options, rows);
+      }
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace spattn
+
+int main(int argc, char** argv) {
+  try {
+    return spattn::run(argc, argv);
+  } catch (const spattn::Error& error) {
+    std::fprintf(stderr, "%s\n", error.what());
+    return 1;
+  }
+}

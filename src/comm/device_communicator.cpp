@@ -1,0 +1,133 @@
+#include "spattn/device_communicator.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+
+#include "spattn/device_memory.hpp"
+#include "spattn/error.hpp"
+
+#ifdef SPATTN_WITH_CUDA
+#include "spattn/staged_mpi_communicator.hpp"
+#endif
+#ifdef SPATTN_WITH_NCCL
+#include "spattn/nccl_communicator.hpp"
+#endif
+
+namespace spattn {
+
+namespace {
+
+constexpr std::size_t kHostNameBytes = 256;
+
+// What each rank tells the others about itself.
+struct RankMachine {
+  std::array<char, kHostNameBytes> host{};
+  int devices = 0;  // visible devices of the requested kind
+};
+
+bool nccl_built() {
+#ifdef SPATTN_WITH_NCCL
+  return true;
+#else
+  return false;
+#endif
+}
+
+}  // namespace
+
+const std::vector<Transport>& all_transports() {
+  static const std::vector<Transport> transports = {Transport::automatic, Transport::mpi, Transport::nccl,
+                                                    Transport::staged_mpi};
+  return transports;
+}
+
+std::string transport_name(Transport transport) {
+  switch (transport) {
+    case Transport::automatic: return "auto";
+    case Transport::mpi: return "mpi";
+    case Transport::nccl: return "nccl";
+    case Transport::staged_mpi: return "staged-mpi";
+  }
+  return "unknown";
+}
+
+Transport parse_transport(const std::string& name) {
+  std::string allowed;
+  for (Transport transport : all_transports()) {
+    if (transport_name(transport) == name) return transport;
+    allowed += (allowed.empty() ? "" : ", ") + transport_name(transport);
+  }
+  SPATTN_FAIL("unknown transport '" << name << "'; allowed: " << allowed);
+}
+
+DevicePlacement place_on_devices(Communicator& world, DeviceKind kind, Transport transport) {
+  RankMachine mine;
+  gethostname(mine.host.data(), kHostNameBytes - 1);
+  mine.devices = visible_device_count(kind);
+  std::vector<RankMachine> everyone(static_cast<std::size_t>(world.size()));
+  world.host_all_gather(&mine, everyone.data(), sizeof(RankMachine));
+
+  // Local rank and size among the ranks of this machine; the most ranks any device carries.
+  const auto same_machine = [](const RankMachine& a, const RankMachine& b) {
+    return std::strncmp(a.host.data(), b.host.data(), kHostNameBytes) == 0;
+  };
+  int local_rank = 0;
+  for (int rank = 0; rank < world.rank(); ++rank)
+    if (same_machine(everyone[static_cast<std::size_t>(rank)], mine)) ++local_rank;
+  int ranks_per_device = 1;
+  for (const RankMachine& machine : everyone) {
+    const auto local_size = std::count_if(everyone.begin(), everyone.end(),
+                                          [&](const RankMachine& other) { return same_machine(other, machine); });
+    if (machine.devices > 0)
+      ranks_per_device = std::max(ranks_per_device, static_cast<int>((local_size + machine.devices - 1) / machine.devices));
+  }
+
+  DevicePlacement placement;
+  std::string error;
+  if (kind == DeviceKind::cpu) {
+    placement.device = Device::cpu();
+    placement.transport = Transport::mpi;
+    if (transport != Transport::automatic && transport != Transport::mpi)
+      error = "transport " + transport_name(transport) + " moves GPU memory; cpu tensors travel over mpi";
+  } else {
+    placement.device = Device{kind, mine.devices > 0 ? local_rank % mine.devices : 0};
+    placement.ranks_per_device = ranks_per_device;
+    placement.transport = transport;
+    if (transport == Transport::automatic)
+      placement.transport = nccl_built() && ranks_per_device == 1 ? Transport::nccl : Transport::staged_mpi;
+    if (mine.devices == 0) {
+      error = "rank " + std::to_string(world.rank()) + " on " + mine.host.data() +
+              " sees no CUDA device (or this build of spattn has no CUDA backend)";
+    } else if (placement.transport == Transport::mpi) {
+      error = "transport mpi moves host memory; GPU tensors travel over nccl or staged-mpi";
+    } else if (placement.transport == Transport::nccl && !nccl_built()) {
+      error = "transport nccl: this build of spattn has no NCCL; use staged-mpi";
+    } else if (placement.transport == Transport::nccl && ranks_per_device > 1) {
+      error = "transport nccl needs one GPU per rank, but " + std::to_string(ranks_per_device) +
+              " ranks share a GPU (NCCL cannot put two ranks of one communicator on one GPU); use staged-mpi or "
+              "fewer ranks per machine";
+    }
+  }
+  agree_on_call(world, error, {static_cast<int64_t>(kind), static_cast<int64_t>(transport)});
+  return placement;
+}
+
+std::unique_ptr<Communicator> make_device_communicator(Communicator& world, const DevicePlacement& placement) {
+  switch (placement.transport) {
+    case Transport::mpi: return world.split(0, world.rank());
+#ifdef SPATTN_WITH_CUDA
+    case Transport::staged_mpi:
+      return std::make_unique<StagedMpiCommunicator>(world.split(0, world.rank()), placement.device.index);
+#endif
+#ifdef SPATTN_WITH_NCCL
+    case Transport::nccl: return std::make_unique<NcclCommunicator>(world, placement.device.index);
+#endif
+    default: break;
+  }
+  SPATTN_FAIL("transport " << transport_name(placement.transport) << " is not built into this spattn");
+}
+
+}  // namespace spattn

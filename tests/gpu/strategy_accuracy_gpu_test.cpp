@@ -1,0 +1,112 @@
+// Every strategy on GPUs at the rank count of this run, forward and backward, with the cuDNN
+// block kernels, over both device transports: NCCL (one GPU per rank) and MPI staged through the
+// host (any number of ranks per GPU, so that 3 or 8 ranks run on one or two GPUs). Each is held
+// to the 2x criterion against the fp64 reference, next to one GPU running the whole problem.
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+
+#include "distributed_checks.hpp"
+#include "distributed_world.hpp"
+#include "spattn/device_communicator.hpp"
+#include "spattn/device_memory.hpp"
+#include "strategy_runner.hpp"
+
+namespace spattn {
+namespace {
+
+// One communicator per transport for the whole run: NCCL communicators take a while to make.
+Communicator* communicator_for(Transport transport, std::string& why_not) {
+  static std::map<Transport, std::unique_ptr<Communicator>> made;
+  static std::map<Transport, std::string> refused;
+  if (refused.count(transport)) {
+    why_not = refused[transport];
+    return nullptr;
+  }
+  if (!made.count(transport)) {
+    try {
+      made[transport] = make_device_communicator(world(), place_on_devices(world(), DeviceKind::cuda, transport));
+    } catch (const Error& error) {  // agreed: every rank refuses together
+      refused[transport] = error.what();
+      why_not = error.what();
+      return nullptr;
+    }
+  }
+  return made[transport].get();
+}
+
+// The options and the unit the global length must be a multiple of, at `ranks` ranks (see
+// strategy_accuracy_test.cpp), or why the algorithm does not apply.
+struct GpuSetup {
+  StrategyOptions options;
+  int64_t length_unit = 1;
+  std::string not_applicable;
+};
+
+GpuSetup setup_for(Algorithm algorithm, int ranks) {
+  switch (algorithm) {
+    case Algorithm::ring: return {{}, ranks, ""};
+    case Algorithm::hamilton:
+      if (ranks == 4 || ranks == 6) return {{}, 1, "no Hamiltonian decomposition at 4 or 6 ranks"};
+      return {{}, 2 * ranks * std::max(1, ranks - 1), ""};
+    case Algorithm::hamilton2: {
+      int ranks_per_node = 1;
+      for (int size = 2; 2 * size <= ranks; size += 2)
+        if (ranks % size == 0) ranks_per_node = size;
+      StrategyOptions options;
+      options.nodes = ranks / ranks_per_node;
+      return {options, 2 * ranks * ranks_per_node, ""};
+    }
+    default: return {{}, 2 * ranks, ""};
+  }
+}
+
+using GpuCase = std::tuple<Algorithm, int /*mask index*/, DType, Transport>;
+
+class GpuStrategyAccuracy : public ::testing::TestWithParam<GpuCase> {};
+
+TEST_P(GpuStrategyAccuracy, MatchesReferenceForwardAndBackward) {
+  const auto [algorithm, mask_index, dtype, transport] = GetParam();
+  if (visible_device_count(DeviceKind::cuda) == 0) GTEST_SKIP() << "no CUDA device";
+  std::string why_not;
+  Communicator* communicator = communicator_for(transport, why_not);
+  if (communicator == nullptr) GTEST_SKIP() << why_not;
+  const int ranks = world().size();
+  const GpuSetup setup = setup_for(algorithm, ranks);
+  if (!setup.not_applicable.empty()) GTEST_SKIP() << setup.not_applicable;
+  // Heads divisible by every rank count for Ulysses, two query heads per kv head (GQA); an odd
+  // multiple of the length unit so that no chunk is a multiple of a kernel tile.
+  const int64_t multiple = setup.length_unit >= 26 ? 3 : 13;
+  const AttentionShape shape{1, setup.length_unit * multiple, 2 * ranks, ranks, 64, dtype};
+  const uint64_t seed = 2000 + static_cast<uint64_t>(mask_index) * 10 + static_cast<uint64_t>(dtype);
+  expect_accurate_on(*communicator, algorithm,
+                     random_problem(shape, kMasks[mask_index].options, seed, /*backward=*/true), setup.options);
+}
+
+std::string case_name(const ::testing::TestParamInfo<GpuCase>& info) {
+  const auto [algorithm, mask_index, dtype, transport] = info.param;
+  const std::string transport_text = transport == Transport::nccl ? "nccl" : "staged";
+  return algorithm_name(algorithm) + "_" + kMasks[mask_index].name + "_" + dtype_name(dtype) + "_" + transport_text;
+}
+
+const auto kEveryAlgorithm = ::testing::Values(Algorithm::ring, Algorithm::zigzag, Algorithm::ulysses,
+                                               Algorithm::hamilton, Algorithm::hamilton2, Algorithm::allgather,
+                                               Algorithm::usp);
+const auto kDeviceTransports = ::testing::Values(Transport::nccl, Transport::staged_mpi);
+
+// bf16 under every mask; fp16 under the causal mask (the kernels' dtype paths are shared).
+INSTANTIATE_TEST_SUITE_P(Bf16, GpuStrategyAccuracy,
+                         ::testing::Combine(kEveryAlgorithm, ::testing::Range(0, 4), ::testing::Values(DType::bf16),
+                                            kDeviceTransports),
+                         case_name);
+INSTANTIATE_TEST_SUITE_P(Fp16, GpuStrategyAccuracy,
+                         ::testing::Combine(kEveryAlgorithm, ::testing::Values(1), ::testing::Values(DType::f16),
+                                            kDeviceTransports),
+                         case_name);
+
+}  // namespace
+}  // namespace spattn
