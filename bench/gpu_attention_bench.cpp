@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype_conversion.hpp"
 #include "kernels/cuda/cudnn_attention.hpp"
 #include "spattn/device_communicator.hpp"
 #include "spattn/device_memory.hpp"
@@ -148,22 +149,10 @@ class BenchTensor {
   const TensorView& view() const { return view_; }
 
  private:
-  // Rounds `value` into element `index` of a bf16 or fp16 host buffer (truncation is fine here).
+  // Rounds `value` into element `index` of a bf16 or fp16 host buffer.
   static void store(unsigned char* buffer, DType dtype, int64_t index, float value) {
-    uint32_t bits = 0;
-    std::memcpy(&bits, &value, sizeof bits);
-    uint16_t half = 0;
-    if (dtype == DType::bf16) {
-      half = static_cast<uint16_t>(bits >> 16);
-    } else {
-      // fp16 from the float's sign, a clamped exponent and the top mantissa bits: values near N(0, 1).
-      const uint32_t sign = (bits >> 16) & 0x8000u;
-      const int exponent = static_cast<int>((bits >> 23) & 0xff) - 127 + 15;
-      const uint32_t mantissa = (bits >> 13) & 0x3ffu;
-      half = exponent <= 0 ? static_cast<uint16_t>(sign)
-                           : static_cast<uint16_t>(sign | (static_cast<uint32_t>(std::min(exponent, 30)) << 10) | mantissa);
-    }
-    std::memcpy(buffer + index * 2, &half, sizeof half);
+    const uint16_t bits = dtype == DType::bf16 ? float_to_bf16(value) : float_to_fp16(value);
+    std::memcpy(buffer + index * 2, &bits, sizeof bits);
   }
 
   TensorView view_;

@@ -87,8 +87,10 @@ HostTensor gather_full(Communicator& communicator, const SequenceLayout& layout,
   copy_bytes(everyone.data(), view.device, on_host.data(), Device::cpu(), everyone.bytes());
   HostTensor full = seq_dim == 1 ? HostTensor(view.dtype, {view.size(0), layout.global_length(), view.size(2), view.size(3)})
                                  : HostTensor(view.dtype, {view.size(0), view.size(1), layout.global_length()});
+  // Each rank's shard on the host: the local shard's contiguous view, moved to the host copy.
+  TensorView shard = view;
+  shard.device = Device::cpu();
   for (int rank = 0; rank < ranks; ++rank) {
-    TensorView shard = HostTensor::like(view).view();
     shard.data = on_host.data() + shard_bytes * static_cast<std::size_t>(rank);
     unshard_sequence(layout, rank, shard, full.view(), seq_dim);
   }

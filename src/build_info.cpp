@@ -11,6 +11,7 @@
 #include <cuda_runtime_api.h>
 #endif
 
+#include "spattn/device_memory.hpp"
 #include "spattn/error.hpp"
 
 namespace spattn {
@@ -28,14 +29,12 @@ BuildInfo build_info() {
   info.communicators.push_back("nccl");
 #endif
   // No GPU (or no driver) is a normal answer here, not an error: the list just stays "cpu".
-  int gpus = 0;
-  if (cudaGetDeviceCount(&gpus) != cudaSuccess) gpus = 0;
+  const int gpus = visible_device_count(DeviceKind::cuda);
   for (int index = 0; index < gpus; ++index) {
     cudaDeviceProp properties{};
     if (cudaGetDeviceProperties(&properties, index) == cudaSuccess)
       info.devices.push_back("cuda:" + std::to_string(index) + " " + properties.name);
   }
-  cudaGetLastError();  // clear the sticky "no device" error of a machine without GPUs
 #endif
   char library[MPI_MAX_LIBRARY_VERSION_STRING];
   int length = 0;

@@ -99,18 +99,6 @@ void parse_device(RunOptions& options, const std::string& name) {
   options.device = name;
 }
 
-void parse_transport_option(RunOptions& options, const std::string& name) {
-  std::string allowed;
-  for (Transport transport : all_transports()) {
-    if (transport_name(transport) == name) {
-      options.transport = name;
-      return;
-    }
-    allowed += (allowed.empty() ? "" : ", ") + transport_name(transport);
-  }
-  fail_value("--transport", allowed, name);
-}
-
 void parse_algorithm(RunOptions& options, const std::string& name) {
   const auto& algorithms = all_algorithms();
   const bool known = std::any_of(algorithms.begin(), algorithms.end(),
@@ -119,15 +107,24 @@ void parse_algorithm(RunOptions& options, const std::string& name) {
   options.algorithm = name;
 }
 
-DType parse_dtype_option(const std::string& name) {
+// `parse(text)` of the library, its Error turned into a UsageError of `option`: the library's
+// list of allowed spellings is reused, without its "spattn: " so that it is not repeated.
+template <typename Parse>
+auto parse_with_library(const char* option, Parse&& parse, const std::string& text) {
   try {
-    return parse_dtype(name);
+    return parse(text);
   } catch (const Error& error) {
-    // Reuse the library's list of spellings; drop its "spattn: " so that it is not repeated.
     const std::string_view message = error.what();
     const std::string_view prefix = "spattn: ";
-    throw UsageError("--dtype: " + std::string(message.substr(message.rfind(prefix, 0) == 0 ? prefix.size() : 0)));
+    throw UsageError(std::string(option) + ": " +
+                     std::string(message.substr(message.rfind(prefix, 0) == 0 ? prefix.size() : 0)));
   }
+}
+
+DType parse_dtype_option(const std::string& name) { return parse_with_library("--dtype", parse_dtype, name); }
+
+void parse_transport_option(RunOptions& options, const std::string& name) {
+  options.transport = transport_name(parse_with_library("--transport", parse_transport, name));
 }
 
 // One option of a command: what it is called, what it does, and how it sets the command's

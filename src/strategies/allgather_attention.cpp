@@ -65,7 +65,7 @@ class AllGatherStrategy final : public Strategy {
 
   void forward(const TensorView& q, const TensorView& k, const TensorView& v, TensorView out, TensorView lse,
                Profile* profile) override {
-    bind_stream();
+    bind_to_stream(device_stream, *kernels, comm);
     agree_on_call(comm, forward_arguments_error(shape, local_seq, kernels->device(), q, k, v, out, lse),
                   call_signature(kAllGatherStrategyId, shape, options));
     ensure_workspace(/*backward=*/false);
@@ -87,7 +87,7 @@ class AllGatherStrategy final : public Strategy {
   void backward(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                 const TensorView& lse, const TensorView& dout, TensorView dq, TensorView dk, TensorView dv,
                 Profile* profile) override {
-    bind_stream();
+    bind_to_stream(device_stream, *kernels, comm);
     agree_on_call(comm,
                   backward_arguments_error(shape, local_seq, kernels->device(), q, k, v, out, lse, dout, dq, dk, dv),
                   call_signature(kAllGatherStrategyId, shape, options));
@@ -119,12 +119,6 @@ class AllGatherStrategy final : public Strategy {
   }
 
  private:
-  // The communicator may serve other plans on other streams in between: bind it at every call.
-  void bind_stream() {
-    kernels->set_stream(device_stream);
-    comm.set_compute_stream(device_stream);
-  }
-
   SequenceLayout agreed_layout(const std::string& caller_error) {
     const std::string error =
         first_error({caller_error, shape_and_options_error(shape, options),

@@ -69,7 +69,7 @@ class RotationStrategy final : public Strategy {
 
   void forward(const TensorView& q, const TensorView& k, const TensorView& v, TensorView out, TensorView lse,
                Profile* profile) override {
-    bind_stream();
+    bind_to_stream(device_stream, *kernels, comm);
     agree_on_call(comm, forward_arguments_error(shape, local_seq(), kernels->device(), q, k, v, out, lse),
                   call_signature(strategy, shape, options));
     ensure_forward_workspace();
@@ -99,7 +99,7 @@ class RotationStrategy final : public Strategy {
   void backward(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                 const TensorView& lse, const TensorView& dout, TensorView dq, TensorView dk, TensorView dv,
                 Profile* profile) override {
-    bind_stream();
+    bind_to_stream(device_stream, *kernels, comm);
     agree_on_call(comm,
                   backward_arguments_error(shape, local_seq(), kernels->device(), q, k, v, out, lse, dout, dq, dk, dv),
                   call_signature(strategy, shape, options));
@@ -147,12 +147,6 @@ class RotationStrategy final : public Strategy {
   }
 
  private:
-  // The communicator may serve other plans on other streams in between: bind it at every call.
-  void bind_stream() {
-    kernels->set_stream(device_stream);
-    comm.set_compute_stream(device_stream);
-  }
-
   // Validates the plan's arguments and agrees on them with every rank before building anything.
   SequenceLayout agreed_layout(const RotationKind& kind, const std::string& caller_error) {
     const std::string error =

@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "kernels/block_kernels.hpp"
 #include "spattn/distributed_attention.hpp"
 
 namespace spattn {
@@ -25,6 +26,13 @@ class DistributedAttention::Strategy {
 };
 
 using Strategy = DistributedAttention::Strategy;
+
+/// Binds `kernels` and `communicator` to `stream` (see Strategy::set_stream) at the start of a
+/// call: the communicator may have served other plans on other streams in between.
+inline void bind_to_stream(void* stream, BlockKernels& kernels, Communicator& communicator) {
+  kernels.set_stream(stream);
+  communicator.set_compute_stream(stream);
+}
 
 /// Whether `algorithm` is ring, zigzag or hamilton: one set of cycles over all ranks.
 bool is_single_level_rotation(Algorithm algorithm);

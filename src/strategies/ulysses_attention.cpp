@@ -456,12 +456,10 @@ class UlyssesStrategy final : public Strategy {
     }
   }
 
-  // The communicators may serve other plans on other streams in between: bind them at every call
-  // (the inner strategy binds its own).
+  // Both communicators of this call; the inner strategy binds its own.
   void bind_stream() {
-    kernels->set_stream(device_stream);
+    bind_to_stream(device_stream, *kernels, comm);
     world.set_compute_stream(device_stream);
-    comm.set_compute_stream(device_stream);
   }
 
   void pack_inputs(const AllToAllExchange& inputs, const TensorView& q, const TensorView& k, const TensorView& v) {

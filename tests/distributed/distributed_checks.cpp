@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <sstream>
 #include <vector>
 
@@ -10,6 +11,24 @@
 #include "spattn/reference_attention.hpp"
 
 namespace spattn {
+
+AlgorithmSetup algorithm_setup(Algorithm algorithm, int ranks) {
+  switch (algorithm) {
+    case Algorithm::ring: return {{}, ranks, ""};
+    case Algorithm::hamilton:
+      if (ranks == 4 || ranks == 6) return {{}, 1, "no Hamiltonian decomposition at 4 or 6 ranks"};
+      return {{}, 2 * ranks * std::max(1, ranks - 1), ""};
+    case Algorithm::hamilton2: {
+      int ranks_per_node = 1;
+      for (int size = 2; 2 * size <= ranks; size += 2)
+        if (ranks % size == 0) ranks_per_node = size;
+      StrategyOptions options;
+      options.nodes = ranks / ranks_per_node;
+      return {options, 2 * ranks * ranks_per_node, ""};
+    }
+    default: return {{}, 2 * ranks, ""};
+  }
+}
 
 void expect_accurate(Algorithm algorithm, const AttentionProblem& problem, const StrategyOptions& strategy_options) {
   expect_accurate_on(world(), algorithm, problem, strategy_options);

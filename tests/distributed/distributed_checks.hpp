@@ -24,6 +24,19 @@ inline const MaskCase kMasks[] = {
     {"causal_window_11", AttentionOptions{true, 11, -1}},
 };
 
+/// How one algorithm runs at `ranks` ranks in the accuracy tests: its options and the unit its
+/// sequence length must be a multiple of (the layout's chunks, times its slots for the
+/// Hamiltonian schemes), or why it does not apply.
+struct AlgorithmSetup {
+  StrategyOptions options;
+  int64_t length_unit = 1;
+  std::string not_applicable;
+};
+
+/// hamilton2 takes the largest even node size that leaves at least two nodes (4 x 2 at 8 ranks,
+/// 2 x 3 at 6, 2 x 2 at 4), else nodes of one rank.
+AlgorithmSetup algorithm_setup(Algorithm algorithm, int ranks);
+
 /// Runs `algorithm` on `problem` over every rank of world(); rank 0 compares the gathered out,
 /// lse, dq, dk and dv with the fp64 reference and a single-device run (the 2x criterion), and
 /// every rank learns its verdict, so that every rank passes or fails together.

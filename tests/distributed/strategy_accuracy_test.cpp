@@ -18,42 +18,13 @@
 namespace spattn {
 namespace {
 
-// How one algorithm runs at `ranks` ranks: its options and the unit its sequence length must be
-// a multiple of (the layout's chunks, times its slots for the Hamiltonian schemes), or why it does
-// not apply.
-struct AlgorithmSetup {
-  StrategyOptions options;
-  int64_t length_unit = 1;
-  std::string not_applicable;
-};
-
-AlgorithmSetup setup_for(Algorithm algorithm, int ranks) {
-  switch (algorithm) {
-    case Algorithm::ring: return {{}, ranks, ""};
-    case Algorithm::hamilton:
-      if (ranks == 4 || ranks == 6) return {{}, 1, "no Hamiltonian decomposition at 4 or 6 ranks"};
-      return {{}, 2 * ranks * std::max(1, ranks - 1), ""};
-    case Algorithm::hamilton2: {
-      // The largest even node size that leaves at least two nodes (4 x 2 at 8 ranks, 2 x 3 at 6,
-      // 2 x 2 at 4), else nodes of one rank.
-      int ranks_per_node = 1;
-      for (int size = 2; 2 * size <= ranks; size += 2)
-        if (ranks % size == 0) ranks_per_node = size;
-      StrategyOptions options;
-      options.nodes = ranks / ranks_per_node;
-      return {options, 2 * ranks * ranks_per_node, ""};
-    }
-    default: return {{}, 2 * ranks, ""};
-  }
-}
-
 using AccuracyCase = std::tuple<Algorithm, int /*mask index*/, DType>;
 
 class StrategyAccuracy : public ::testing::TestWithParam<AccuracyCase> {};
 
 TEST_P(StrategyAccuracy, MatchesReferenceForwardAndBackward) {
   const auto [algorithm, mask_index, dtype] = GetParam();
-  const AlgorithmSetup setup = setup_for(algorithm, world().size());
+  const AlgorithmSetup setup = algorithm_setup(algorithm, world().size());
   if (!setup.not_applicable.empty()) GTEST_SKIP() << setup.not_applicable;
   // An odd multiple of the unit, so that chunks and slots are not multiples of any kernel tile.
   const int64_t multiple = setup.length_unit >= 26 ? 3 : 13;

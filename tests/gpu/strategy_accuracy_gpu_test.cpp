@@ -39,32 +39,6 @@ Communicator* communicator_for(Transport transport, std::string& why_not) {
   return made[transport].get();
 }
 
-// The options and the unit the global length must be a multiple of, at `ranks` ranks (see
-// strategy_accuracy_test.cpp), or why the algorithm does not apply.
-struct GpuSetup {
-  StrategyOptions options;
-  int64_t length_unit = 1;
-  std::string not_applicable;
-};
-
-GpuSetup setup_for(Algorithm algorithm, int ranks) {
-  switch (algorithm) {
-    case Algorithm::ring: return {{}, ranks, ""};
-    case Algorithm::hamilton:
-      if (ranks == 4 || ranks == 6) return {{}, 1, "no Hamiltonian decomposition at 4 or 6 ranks"};
-      return {{}, 2 * ranks * std::max(1, ranks - 1), ""};
-    case Algorithm::hamilton2: {
-      int ranks_per_node = 1;
-      for (int size = 2; 2 * size <= ranks; size += 2)
-        if (ranks % size == 0) ranks_per_node = size;
-      StrategyOptions options;
-      options.nodes = ranks / ranks_per_node;
-      return {options, 2 * ranks * ranks_per_node, ""};
-    }
-    default: return {{}, 2 * ranks, ""};
-  }
-}
-
 using GpuCase = std::tuple<Algorithm, int /*mask index*/, DType, Transport>;
 
 class GpuStrategyAccuracy : public ::testing::TestWithParam<GpuCase> {};
@@ -76,7 +50,7 @@ TEST_P(GpuStrategyAccuracy, MatchesReferenceForwardAndBackward) {
   Communicator* communicator = communicator_for(transport, why_not);
   if (communicator == nullptr) GTEST_SKIP() << why_not;
   const int ranks = world().size();
-  const GpuSetup setup = setup_for(algorithm, ranks);
+  const AlgorithmSetup setup = algorithm_setup(algorithm, ranks);
   if (!setup.not_applicable.empty()) GTEST_SKIP() << setup.not_applicable;
   // Heads divisible by every rank count for Ulysses, two query heads per kv head (GQA); an odd
   // multiple of the length unit so that no chunk is a multiple of a kernel tile.
