@@ -5,10 +5,13 @@
 #   gpu-tests    spattn_gpu_tests (the CUDA kernels against the CPU kernels)
 #   memcheck     the same under compute-sanitizer --tool memcheck (skipped where it is missing)
 #   ctest        the whole CTest suite: CPU unit tests, mpirun tests at 1..8 ranks, GPU tests
+#                (SPATTN_CTEST_REGEX, when set, runs only the tests it matches)
 #   sweep        `spattn run --device cuda --check --backward` for every strategy, causal and not,
 #                at SPATTN_SWEEP_RANKS ranks (default 1 2 3 8) over the machine's GPUs
-#   bench        spattn_gpu_bench and PyTorch's context_parallel side by side on every GPU
-#                (bench.csv, bench.log, torch.log; SPATTN_BENCH_ARGS / TORCH_BENCH_ARGS add options)
+#   bench        spattn_gpu_bench on every GPU (bench.csv, bench.log; SPATTN_BENCH_ARGS adds options)
+#   torch-bench  PyTorch's context_parallel on every GPU into the same bench.csv (torch.log;
+#                TORCH_BENCH_ARGS adds options, '|' between the option sets of separate runs);
+#                bench.md and bench.png then plot both
 # SPATTN_DEVICE_STAGES picks the stages after the build (default: gpu-tests memcheck ctest sweep).
 # A failing stage does not stop the later ones; the exit status is non-zero when any failed.
 # Logs go to $OUT (the device tool brings them back), or to build-device/logs when OUT is unset:
@@ -228,7 +231,8 @@ if ! wants ctest; then
   :
 elif ((built)); then
   left="$(seconds_left)"
-  (cd "$build_dir" && timeout "$left" ctest -j "$jobs" --output-on-failure --timeout "$left") >"$logs/ctest.log" 2>&1
+  (cd "$build_dir" && timeout "$left" ctest -j "$jobs" --output-on-failure --timeout "$left" \
+    ${SPATTN_CTEST_REGEX:+-R "$SPATTN_CTEST_REGEX"}) >"$logs/ctest.log" 2>&1
   status=$?
   passed="$(grep -cE 'Test +#[0-9]+: .* Passed' "$logs/ctest.log")"
   skipped="$(grep -cE 'Test +#[0-9]+: .*Skipped' "$logs/ctest.log")"
@@ -264,27 +268,37 @@ else
 fi
 
 # ---- bench ---------------------------------------------------------------------------------------------
+gpus="$(nvidia-smi --list-gpus 2>/dev/null | wc -l)"
+device_name="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | tr -d ',')"
 if ! wants bench; then
   :
 elif ((built)); then
-  gpus="$(nvidia-smi --list-gpus | wc -l)"
-  device_name="$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr -d ',')"
   # shellcheck disable=SC2086  # the extra arguments are words
   timeout "$(seconds_left)" mpirun --oversubscribe -np "$gpus" "$build_dir/bench/spattn_gpu_bench" \
     --device-name "$device_name x$gpus" --csv "$logs/bench.csv" ${SPATTN_BENCH_ARGS:-} >"$logs/bench.log" 2>&1
   status=$?
   if [[ $status -eq 0 ]]; then record bench passed "spattn: $(grep -c '^spattn,' "$logs/bench.csv") rows"
   else record bench failed "spattn_gpu_bench exit $status: see bench.log"; fi
-  # shellcheck disable=SC2086
-  timeout "$(seconds_left)" torchrun --standalone --nproc-per-node "$gpus" "$root/bench/torch_context_parallel.py" \
-    --device-name "$device_name x$gpus" --csv "$logs/bench.csv" ${TORCH_BENCH_ARGS:-} >"$logs/torch.log" 2>&1
-  status=$?
-  if [[ $status -eq 0 ]]; then record torch-bench passed "$(grep -c '^torch' "$logs/bench.csv") rows"
-  else record torch-bench failed "torch_context_parallel.py exit $status: see torch.log"; fi
-  python3 "$root/bench/plot_results.py" "$logs/bench.csv" --out "$logs/bench.png" \
-    --markdown "$logs/bench.md" >"$logs/plot.log" 2>&1 || echo "plot: see plot.log (matplotlib may be missing)"
 else
   record bench skipped "no build"
+fi
+if wants torch-bench; then
+  # One torchrun per '|'-separated group of TORCH_BENCH_ARGS (e.g. one per --kv-heads).
+  IFS='|' read -ra torch_runs <<<"${TORCH_BENCH_ARGS:- }"
+  status=0
+  : >"$logs/torch.log"
+  for torch_arguments in "${torch_runs[@]}"; do
+    # shellcheck disable=SC2086  # the extra arguments are words
+    timeout "$(seconds_left)" torchrun --standalone --nproc-per-node "$gpus" "$root/bench/torch_context_parallel.py" \
+      --device-name "$device_name x$gpus" --csv "$logs/bench.csv" $torch_arguments >>"$logs/torch.log" 2>&1 ||
+      status=$?
+  done
+  if [[ $status -eq 0 ]]; then record torch-bench passed "$(grep -c '^torch' "$logs/bench.csv") rows"
+  else record torch-bench failed "torch_context_parallel.py exit $status: see torch.log"; fi
+fi
+if [[ -s "$logs/bench.csv" ]]; then
+  python3 "$root/bench/plot_results.py" "$logs/bench.csv" --out "$logs/bench.png" \
+    --markdown "$logs/bench.md" >"$logs/plot.log" 2>&1 || echo "plot: see plot.log (matplotlib may be missing)"
 fi
 
 echo "logs in $logs"

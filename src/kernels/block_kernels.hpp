@@ -28,15 +28,18 @@ struct KvGradSegment {
 };
 
 /// Forward of queries over the concatenation of `segments`. Writes the partial result of these
-/// keys only; a row that sees no key here gets out = 0 and lse = -inf.
+/// keys only; a row that sees no key here gets out = 0 and lse = -inf. With `accumulate`, out and
+/// lse hold a running result (of earlier blocks; out 0, lse -inf where there is none yet) and the
+/// block's result is merged into it as merge() would, without a partial buffer or a second pass.
 struct ForwardBlock {
   TensorView q;            // (B, Sq, H, D), H % HK == 0 (GQA: head h reads kv head h / (H/HK))
   int64_t q_position = 0;  // global position of query row 0
   std::vector<KvSegment> segments;
   AttentionMask mask;
   float scale = 1.0f;
-  TensorView out;  // (B, Sq, H, D) fp32, written
+  TensorView out;  // (B, Sq, H, D) fp32, written (or merged into, with accumulate)
   TensorView lse;  // (B, H, Sq) fp32, written: log sum_j exp(scale * q.k_j) over visible keys
+  bool accumulate = false;
 };
 
 /// Backward of queries over the concatenation of `segments`, given the final lse and delta of

@@ -96,7 +96,8 @@ class AllGatherStrategy final : public Strategy {
     ProfileRecorder recorder(profile, heads, *kernels);
     std::unique_ptr<PendingTransfer> gather, reduction;
     recorder.compute(0, [&] {
-      kernels->softmax_delta(out, dout, delta);
+      // Kernels that recompute delta from out (cuDNN's) would never read it.
+      if (!kernels->backward_reads_output()) kernels->softmax_delta(out, dout, delta);
       kernels->fill(dq_accumulator, 0.0f);
       gather = start_gather(k, v, 0, recorder, 0);
     });

@@ -61,7 +61,6 @@ class RotationStrategy final : public Strategy {
         slot_seq(slot_length(sequence_layout, slots)) {
     for (int step = 0; step < ranks; ++step)
       blocks_of_step.push_back(rotation_step_blocks(sequence_layout, schedule, mask, rank, step));
-    for (const SequenceChunk& chunk : sequence_layout.chunks(rank)) longest_chunk = std::max(longest_chunk, chunk.length);
   }
 
   const SequenceLayout& layout() const override { return sequence_layout; }
@@ -108,7 +107,8 @@ class RotationStrategy final : public Strategy {
     int current = 0;
     recorder.compute(0, [&] {
       fill_own_slots(k, v, rotating_kv[current]);
-      kernels->softmax_delta(out, dout, delta);
+      // Kernels that recompute delta from out (cuDNN's) would never read it.
+      if (!kernels->backward_reads_output()) kernels->softmax_delta(out, dout, delta);
       kernels->fill(dq_accumulator, 0.0f);
     });
     // The gradient of the slots computed at step s leaves along their cycles after step s,
@@ -191,8 +191,7 @@ class RotationStrategy final : public Strategy {
   void ensure_forward_workspace() {
     ensure_rotating_kv();
     if (!forward_buffers.empty()) return;
-    for (std::size_t bytes : {bshd_bytes(DType::f32, local_seq(), shape.heads), bhs_bytes(local_seq()),
-                              bshd_bytes(DType::f32, longest_chunk, shape.heads), bhs_bytes(longest_chunk)})
+    for (std::size_t bytes : {bshd_bytes(DType::f32, local_seq(), shape.heads), bhs_bytes(local_seq())})
       forward_buffers.emplace_back(*kernels, bytes);
     running_out = bshd(forward_buffers[0].data(), DType::f32, local_seq(), shape.heads);
     running_lse = bhs(forward_buffers[1].data(), local_seq());
@@ -278,11 +277,10 @@ class RotationStrategy final : public Strategy {
       forward_block.q_position = queries.position;
       forward_block.mask = mask;
       forward_block.scale = scale;
-      forward_block.out = bshd(forward_buffers[2].data(), DType::f32, queries.length, shape.heads);
-      forward_block.lse = bhs(forward_buffers[3].data(), queries.length);
+      forward_block.out = running_out.slice(1, queries.local_offset, queries.length);
+      forward_block.lse = running_lse.slice(2, queries.local_offset, queries.length);
+      forward_block.accumulate = true;
       kernels->forward(forward_block);
-      kernels->merge(forward_block.out, forward_block.lse, running_out.slice(1, queries.local_offset, queries.length),
-                     running_lse.slice(2, queries.local_offset, queries.length));
     }
   }
 
@@ -330,7 +328,6 @@ class RotationStrategy final : public Strategy {
   const int slots;
   const int64_t slot_seq;
   std::vector<std::vector<RotationStepBlock>> blocks_of_step;  // this rank's blocks, per step
-  int64_t longest_chunk = 0;
 
   std::vector<DeviceBuffer> kv_buffers;
   SlotSet rotating_kv[2];

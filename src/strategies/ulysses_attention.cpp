@@ -258,7 +258,6 @@ class UlyssesStrategy final : public Strategy {
       unpack_sequence_shards(backward_inputs, kLseInPart, kBhs, full_lse);
       if (output_travels()) unpack_sequence_shards(backward_inputs, kOutputPart, kBshd, full_out);
       else unpack_sequence_shards(backward_inputs, kOutputPart, kBhs, full_delta);
-      if (output_travels() && !across.inner) kernels->softmax_delta(full_out, full_dout, full_delta);
     });
 
     Profile* inner_profile = profile ? &inner_timing : nullptr;
@@ -362,7 +361,7 @@ class UlyssesStrategy final : public Strategy {
     const int64_t B = shape.batch, D = shape.head_dim;
     if (output_travels()) ensure_full_out();
     if (!output_travels()) local_delta = allocate(backward_buffers, DType::f32, {B, shape.heads, local_seq});
-    if (!across.inner) full_delta = allocate(backward_buffers, DType::f32, {B, heads_per_rank, group_seq});
+    if (!output_travels()) full_delta = allocate(backward_buffers, DType::f32, {B, heads_per_rank, group_seq});
     full_dout = allocate(backward_buffers, shape.dtype, {B, group_seq, heads_per_rank, D});
     full_dq = allocate(backward_buffers, result_dtype, {B, group_seq, heads_per_rank, D});
     full_dk = allocate(backward_buffers, result_dtype, {B, group_seq, own_kv_heads, D});
@@ -405,7 +404,7 @@ class UlyssesStrategy final : public Strategy {
       backward_block.dout = queries(full_dout, kBshd);
       backward_block.out = output_travels() ? queries(full_out, kBshd) : TensorView{};
       backward_block.lse = queries(full_lse, kBhs);
-      backward_block.delta = queries(full_delta, kBhs);
+      backward_block.delta = output_travels() ? TensorView{} : queries(full_delta, kBhs);
       backward_block.mask = mask;
       backward_block.scale = scale;
       backward_block.dq = queries(full_dq, kBshd);
@@ -512,7 +511,7 @@ class UlyssesStrategy final : public Strategy {
   std::vector<DeviceBuffer> backward_buffers;
   TensorView local_delta;  // (B, H, S/N) fp32, block kernels that read only delta
   TensorView full_dout;    // (B, group_seq, H/ranks, D)
-  TensorView full_delta;   // (B, H/ranks, group_seq) fp32, block kernels only
+  TensorView full_delta;   // (B, H/ranks, group_seq) fp32, block kernels that read only delta
   TensorView full_dq;      // (B, group_seq, H/ranks, D) result_dtype
   TensorView full_dk;      // (B, group_seq, own_kv_heads, D) result_dtype
   TensorView full_dv;      // (B, group_seq, own_kv_heads, D) result_dtype

@@ -156,5 +156,55 @@ TEST_F(Add, AddsEverySourceDtypeIntoFp32LikeTheCpu) {
   }
 }
 
+/// Views that fold into rows of contiguous elements (the fast kernels), with and without packs of
+/// four: a whole tensor, a slice along seq with batch > 1 (rows apart), a slice along heads, a
+/// slice along the last dimension (rows of 5: no packs), and a rank-1 view that starts one
+/// element into its buffer and has an odd length (misaligned: no packs).
+std::vector<std::pair<TensorView, TensorView>> row_foldable_views(const HostTensor& source, const HostTensor& destination,
+                                                                  const HostTensor& flat_source,
+                                                                  const HostTensor& flat_destination) {
+  return {{source.view(), destination.view()},
+          {source.view().slice(1, 7, 33), destination.view().slice(1, 3, 33)},
+          {source.view().slice(2, 2, 3), destination.view().slice(2, 0, 3)},
+          {source.view().slice(3, 1, 5), destination.view().slice(3, 3, 5)},
+          {flat_source.view().slice(0, 1, 999), flat_destination.view().slice(0, 1, 999)}};
+}
+
+using RowFoldedViews = CudaKernelTest;
+
+TEST_F(RowFoldedViews, CopyFillAndAddMatchTheCpu) {
+  for (DType from : kDtypes)
+    for (DType to : kDtypes) {
+      SCOPED_TRACE(dtype_name(from) + " -> " + dtype_name(to));
+      HostTensor source(from, {3, 50, 6, 8}), flat_source(from, {1001});
+      source.randomize(generator_, 3.0);
+      flat_source.randomize(generator_, 3.0);
+      HostTensor destination(to, {3, 50, 6, 8}), flat_destination(to, {1001});
+      destination.poison();
+      flat_destination.poison();
+      DeviceTwin source_gpu(*gpu_, source), destination_gpu(*gpu_, destination), flat_source_gpu(*gpu_, flat_source),
+          flat_destination_gpu(*gpu_, flat_destination);
+      const auto views = row_foldable_views(source, destination, flat_source, flat_destination);
+      for (std::size_t i = 0; i < views.size(); ++i) {
+        const bool flat = i + 1 == views.size();
+        const TensorView from_gpu = (flat ? flat_source_gpu : source_gpu).twin(views[i].first);
+        const TensorView into_gpu = (flat ? flat_destination_gpu : destination_gpu).twin(views[i].second);
+        // Each view is filled, then copied into, then (fp32 only) added to: every kernel's result shows.
+        gpu_->fill(into_gpu, -1.5f);
+        cpu_->fill(views[i].second, -1.5f);
+        expect_identical(destination, destination_gpu.download(), "fill");
+        expect_identical(flat_destination, flat_destination_gpu.download(), "fill of the rank-1 view");
+        gpu_->copy(from_gpu, into_gpu);
+        cpu_->copy(views[i].first, views[i].second);
+        if (to == DType::f32) {
+          gpu_->add(from_gpu, into_gpu);
+          cpu_->add(views[i].first, views[i].second);
+        }
+        expect_identical(destination, destination_gpu.download(), "copy and add");
+        expect_identical(flat_destination, flat_destination_gpu.download(), "copy and add of the rank-1 view");
+      }
+    }
+}
+
 }  // namespace
 }  // namespace spattn::test

@@ -266,6 +266,23 @@ class CudnnBlockKernels : public CudaKernelTest {
     expect_near_reference(values_of(cpu_out), gpu_out, tolerance, "cuDNN out vs the CPU kernels");
     expect_near_reference(values_of(cpu_lse), gpu_lse, 1e-3, "cuDNN lse vs the CPU kernels");
 
+    // ---- the same forward one segment per call, each merged into the result so far
+    // (ForwardBlock::accumulate), from an empty result: out 0, lse -inf
+    HostTensor empty_out(DType::f32, {kBatch, S, kHeads, head_dim}), empty_lse(DType::f32, {kBatch, kHeads, S});
+    empty_out.fill(0.0);
+    empty_lse.fill(-std::numeric_limits<double>::infinity());
+    DeviceTwin accumulated_out(*gpu_, empty_out), accumulated_lse(*gpu_, empty_lse);
+    for (const KvSegment& segment : gpu_block.segments) {
+      ForwardBlock one_segment = gpu_block;
+      one_segment.segments = {segment};
+      one_segment.out = accumulated_out.view();
+      one_segment.lse = accumulated_lse.view();
+      one_segment.accumulate = true;
+      kernels_->forward(one_segment);
+    }
+    expect_near_reference(p.out, accumulated_out.download(), tolerance, "accumulated cuDNN out vs fp64");
+    expect_near_reference(p.lse, accumulated_lse.download(), 1e-3, "accumulated cuDNN lse vs fp64");
+
     // ---- backward with the reference's final out and lse (fp32), gradients accumulated from 0
     HostTensor final_out = host_f32(p.out, {kBatch, S, kHeads, head_dim});
     HostTensor final_lse = host_f32(p.lse, {kBatch, kHeads, S});

@@ -72,6 +72,28 @@ void online_softmax_update(int64_t rows, int64_t columns, int64_t head_dim, Forw
   }
 }
 
+/// The online softmax state of one query tile before its first key: empty (m = -inf, l = 0,
+/// o = 0), or with block.accumulate the running result itself, as m = lse, l = 1, o = out
+/// (the state whose result is out and lse); a row whose lse is -inf has none, and its out is not
+/// read.
+void start_query_tile(const ForwardBlock& block, int64_t batch, int64_t head, int64_t row_begin, int64_t rows,
+                      int64_t head_dim, ForwardScratch& scratch) {
+  std::fill(scratch.row_max.begin(), scratch.row_max.begin() + rows, kMinusInfinity);
+  std::fill(scratch.row_sum.begin(), scratch.row_sum.begin() + rows, 0.0f);
+  std::fill(scratch.out.begin(), scratch.out.begin() + rows * head_dim, 0.0f);
+  if (!block.accumulate) return;
+  const float* lse = static_cast<const float*>(block.lse.element_pointer({batch, head, row_begin, 0}));
+  for (int64_t i = 0; i < rows; ++i) {
+    const float running_lse = lse[i * block.lse.stride(2)];
+    if (running_lse == kMinusInfinity) continue;
+    scratch.row_max[i] = running_lse;
+    scratch.row_sum[i] = 1.0f;
+    const float* out = static_cast<const float*>(block.out.element_pointer({batch, row_begin + i, head, 0}));
+    float* out_tile = scratch.out.data() + i * head_dim;
+    for (int64_t d = 0; d < head_dim; ++d) out_tile[d] = out[d * block.out.stride(3)];
+  }
+}
+
 /// out = o / l and lse = m + log(l) for the rows of one query tile; rows that saw no key get
 /// out = 0 and lse = -inf.
 void write_query_tile(const ForwardBlock& block, int64_t batch, int64_t head, int64_t row_begin,
@@ -97,9 +119,7 @@ void forward_query_tile(const ForwardBlock& block, const BlockShape& shape, int6
   const int64_t query_begin = block.q_position + row_begin;
   const int64_t query_end = query_begin + rows;
   const RowTile query = load_row_tile(block.q, batch, row_begin, rows, head, scratch.query.data());
-  std::fill(scratch.row_max.begin(), scratch.row_max.begin() + rows, kMinusInfinity);
-  std::fill(scratch.row_sum.begin(), scratch.row_sum.begin() + rows, 0.0f);
-  std::fill(scratch.out.begin(), scratch.out.begin() + rows * head_dim, 0.0f);
+  start_query_tile(block, batch, head, row_begin, rows, head_dim, scratch);
 
   for (const KvSegment& segment : block.segments) {
     const RowRange keys = visible_keys(block.mask, query_begin, query_end, segment.position, segment.k.size(1));

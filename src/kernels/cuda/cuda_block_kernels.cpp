@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <vector>
 
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/current_device_guard.hpp"
@@ -101,23 +102,44 @@ void CudaBlockKernels::forward(const ForwardBlock& block) {
   SPATTN_CHECK(block.out.dtype == DType::f32, "out " << block.out.describe() << " must be fp32");
   for (const KvSegment& segment : block.segments) check_segment(segment, block.q, device);
 
-  // out = 0, lse = -inf: then every piece merges in; rows that see no key stay so.
-  elementwise_.fill(block.out, 0.0f);
-  elementwise_.fill(block.lse, -std::numeric_limits<float>::infinity());
   const TensorView& q = block.q;
-  for (const KvSegment& segment : block.segments) {
-    const auto pieces = plan_cudnn_pieces(q.size(1), block.q_position, segment.k.size(1), segment.position, block.mask);
-    for (const CudnnPiece& piece : pieces) {
-      void* out_data = scratch(out_, bytes_of(q.dtype, q.size(0) * piece.q_count * q.size(2) * q.size(3)));
-      void* stats_data = scratch(stats_, bytes_of(DType::f32, q.size(0) * q.size(2) * piece.q_count));
-      TensorView piece_out = contiguous_rows(out_data, q.dtype, q, piece.q_count, device);
-      TensorView piece_lse =
-          TensorView::contiguous(stats_data, DType::f32, {q.size(0), q.size(2), piece.q_count}, device);
-      attention_.forward(q.slice(1, piece.q_begin, piece.q_count), segment.k.slice(1, piece.k_begin, piece.k_count),
-                         segment.v.slice(1, piece.k_begin, piece.k_count), piece, block.scale, piece_out, piece_lse);
-      // out' = out * exp(lse - lse') + piece_out * exp(piece_lse - lse')
-      elementwise_.merge(piece_out, piece_lse, block.out.slice(1, piece.q_begin, piece.q_count),
-                         block.lse.slice(2, piece.q_begin, piece.q_count));
+  struct SegmentPiece {
+    const KvSegment* segment;
+    CudnnPiece piece;
+  };
+  std::vector<SegmentPiece> pieces;
+  for (const KvSegment& segment : block.segments)
+    for (const CudnnPiece& piece :
+         plan_cudnn_pieces(q.size(1), block.q_position, segment.k.size(1), segment.position, block.mask))
+      pieces.push_back({&segment, piece});
+
+  // Without accumulate the result starts empty. When the first piece covers every query row it
+  // writes the result outright; otherwise out = 0, lse = -inf first (rows that see no key stay
+  // so) and every piece merges in.
+  bool result_is_empty = !block.accumulate;
+  if (result_is_empty && (pieces.empty() || pieces.front().piece.q_count != q.size(1))) {
+    elementwise_.fill(block.out, 0.0f);
+    elementwise_.fill(block.lse, -std::numeric_limits<float>::infinity());
+    result_is_empty = false;
+  }
+  for (const SegmentPiece& segment_piece : pieces) {
+    const KvSegment& segment = *segment_piece.segment;
+    const CudnnPiece& piece = segment_piece.piece;
+    void* out_data = scratch(out_, bytes_of(q.dtype, q.size(0) * piece.q_count * q.size(2) * q.size(3)));
+    void* stats_data = scratch(stats_, bytes_of(DType::f32, q.size(0) * q.size(2) * piece.q_count));
+    TensorView piece_out = contiguous_rows(out_data, q.dtype, q, piece.q_count, device);
+    TensorView piece_lse =
+        TensorView::contiguous(stats_data, DType::f32, {q.size(0), q.size(2), piece.q_count}, device);
+    attention_.forward(q.slice(1, piece.q_begin, piece.q_count), segment.k.slice(1, piece.k_begin, piece.k_count),
+                       segment.v.slice(1, piece.k_begin, piece.k_count), piece, block.scale, piece_out, piece_lse);
+    // out' = out * exp(lse - lse') + piece_out * exp(piece_lse - lse')
+    const TensorView out_rows = block.out.slice(1, piece.q_begin, piece.q_count);
+    const TensorView lse_rows = block.lse.slice(2, piece.q_begin, piece.q_count);
+    if (result_is_empty) {
+      elementwise_.merge_into_empty(piece_out, piece_lse, out_rows, lse_rows);
+      result_is_empty = false;
+    } else {
+      elementwise_.merge(piece_out, piece_lse, out_rows, lse_rows);
     }
   }
 }

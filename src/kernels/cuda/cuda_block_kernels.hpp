@@ -27,7 +27,9 @@ class CudaBlockKernels final : public BlockKernels {
   cudaStream_t stream() const { return elementwise_.stream(); }
 
   /// For every segment, every piece (plan_cudnn_pieces): cuDNN forward into a workspace (input
-  /// dtype out, fp32 lse), merged into block.out / block.lse, which start at out 0, lse -inf.
+  /// dtype out, fp32 lse), merged into block.out / block.lse: into their running result with
+  /// accumulate; else the first piece writes them when it covers every row, or they start at
+  /// out 0, lse -inf.
   void forward(const ForwardBlock& block) override;
   /// For every segment, every piece: cuDNN backward with the final lse (block.lse) and final
   /// output (block.out, required here), gradients in the input dtype in workspaces, added into

@@ -93,13 +93,24 @@ void CudaElementwiseKernels::check_rows_and_statistics(const TensorView& rows, c
 
 void CudaElementwiseKernels::merge(const TensorView& partial_out, const TensorView& partial_lse,
                                    TensorView running_out, TensorView running_lse) {
+  enqueue_merge(partial_out, partial_lse, running_out, running_lse, false);
+}
+
+void CudaElementwiseKernels::merge_into_empty(const TensorView& partial_out, const TensorView& partial_lse,
+                                              TensorView running_out, TensorView running_lse) {
+  enqueue_merge(partial_out, partial_lse, running_out, running_lse, true);
+}
+
+void CudaElementwiseKernels::enqueue_merge(const TensorView& partial_out, const TensorView& partial_lse,
+                                           const TensorView& running_out, const TensorView& running_lse,
+                                           bool running_is_empty) {
   check_rows_and_statistics(partial_out, "partial_out", partial_lse, "partial_lse");
   check_rows_and_statistics(running_out, "running_out", running_lse, "running_lse");
   check_same_shape(partial_out, "partial_out", running_out, "running_out");
   check_fp32(running_out, "running_out");
   CurrentDeviceGuard guard(device_.index);
   launch_merge(strided_operand(partial_out), strided_operand(partial_lse), strided_operand(running_out),
-               strided_operand(running_lse), stream_);
+               strided_operand(running_lse), running_is_empty, stream_);
 }
 
 void CudaElementwiseKernels::softmax_delta(const TensorView& out, const TensorView& dout, TensorView delta) {

@@ -39,6 +39,13 @@ class CudaElementwiseKernels {
              TensorView running_out,         // (B, S, H, D) fp32
              TensorView running_lse);        // (B, H, S) fp32
 
+  /// running = partial: merge() into a running result that holds nothing yet, which is written
+  /// without being read (no fill before it).
+  void merge_into_empty(const TensorView& partial_out,  // (B, S, H, D) any dtype
+                        const TensorView& partial_lse,  // (B, H, S) fp32
+                        TensorView running_out,         // (B, S, H, D) fp32
+                        TensorView running_lse);        // (B, H, S) fp32
+
   /// See BlockKernels::softmax_delta.
   void softmax_delta(const TensorView& out,   // (B, S, H, D)
                      const TensorView& dout,  // (B, S, H, D)
@@ -65,6 +72,8 @@ class CudaElementwiseKernels {
  private:
   void check_on_this_device(const TensorView& tensor, const char* name) const;
   void check_elementwise_operand(const TensorView& tensor, const char* name) const;
+  void enqueue_merge(const TensorView& partial_out, const TensorView& partial_lse, const TensorView& running_out,
+                     const TensorView& running_lse, bool running_is_empty);
   void check_rows_and_statistics(const TensorView& rows, const char* rows_name, const TensorView& statistics,
                                  const char* statistics_name) const;
 

@@ -1,6 +1,8 @@
 #pragma once
-// Device-side reads and writes of one element of any spattn dtype as fp32. Writes round to
-// nearest even (the hardware conversions), as the CPU kernels do; only NaN payloads may differ.
+// Device-side reads and writes of spattn's dtypes as fp32: typed (the element type is a template
+// parameter, chosen once per launch) and several elements at a time for the fast kernels, and by
+// run-time dtype for the general strided ones. Writes round to nearest even (the hardware
+// conversions), as the CPU kernels do; only NaN payloads may differ.
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -10,6 +12,42 @@
 #include "kernels/cuda/strided_operand.hpp"
 
 namespace spattn::cuda {
+
+__device__ inline float to_float(float value) { return value; }
+__device__ inline float to_float(__half value) { return __half2float(value); }
+__device__ inline float to_float(__nv_bfloat16 value) { return __bfloat162float(value); }
+
+template <typename Element>
+__device__ inline Element from_float(float value);
+template <>
+__device__ inline float from_float<float>(float value) { return value; }
+template <>
+__device__ inline __half from_float<__half>(float value) { return __float2half_rn(value); }
+template <>
+__device__ inline __nv_bfloat16 from_float<__nv_bfloat16>(float value) { return __float2bfloat16_rn(value); }
+
+/// `Width` neighbouring elements, aligned so that they move in one load or store.
+template <typename Element, int Width>
+struct alignas(sizeof(Element) * Width) ElementPack {
+  Element element[Width];
+};
+
+/// values[i] = data[i] for i < Width; data must be aligned to the whole pack.
+template <typename Element, int Width>
+__device__ inline void load_pack(const void* data, float (&values)[Width]) {
+  const ElementPack<Element, Width> pack = *static_cast<const ElementPack<Element, Width>*>(data);
+#pragma unroll
+  for (int i = 0; i < Width; ++i) values[i] = to_float(pack.element[i]);
+}
+
+/// data[i] = values[i] rounded, for i < Width; data must be aligned to the whole pack.
+template <typename Element, int Width>
+__device__ inline void store_pack(const float (&values)[Width], void* data) {
+  ElementPack<Element, Width> pack;
+#pragma unroll
+  for (int i = 0; i < Width; ++i) pack.element[i] = from_float<Element>(values[i]);
+  *static_cast<ElementPack<Element, Width>*>(data) = pack;
+}
 
 /// Offset in elements of the element at row-major position `flat` of `operand`.
 __device__ inline int64_t element_offset(const StridedOperand& operand, int64_t flat) {
@@ -48,4 +86,21 @@ __device__ inline void store_from_float(float value, void* data, DType dtype, in
   }
 }
 
+/// Host side: calls `visit` with a value of the element type of `dtype`, so that a launch picks
+/// its typed kernel once.
+template <typename Visit>
+inline void visit_element_type(DType dtype, Visit&& visit) {
+  switch (dtype) {
+    case DType::f16:
+      visit(__half{});
+      return;
+    case DType::bf16:
+      visit(__nv_bfloat16{});
+      return;
+    case DType::f32:
+    default:
+      visit(float{});
+      return;
+  }
+}
 }  // namespace spattn::cuda

@@ -1,6 +1,7 @@
 // merge and softmax_delta: the operations that work on whole (b, s, h) rows of a (B, S, H, D)
 // tensor with one fp32 statistic per row in a (B, H, S) tensor. One warp per row: its lanes
-// stride over head_dim, so a row of a contiguous tensor is read in coalesced pieces.
+// stride over head_dim, 4 neighbouring elements per lane and load where head_dim is contiguous
+// and rows are aligned (always, for spattn's own buffers), so a row is read in coalesced pieces.
 
 #include <cmath>
 #include <cstdint>
@@ -47,7 +48,10 @@ __device__ inline int64_t statistic_offset(const StridedOperand& statistics, con
          row.position * statistics.strides[2];
 }
 
-__global__ void merge_kernel(StridedOperand partial_out,  // (B, S, H, D) any dtype
+/// running = merge(running, partial) (BlockKernels::merge), or, when kRunningIsEmpty, running =
+/// partial: the running result holds nothing yet and is written without being read.
+template <typename Partial, int Width, bool kRunningIsEmpty>
+__global__ void merge_kernel(StridedOperand partial_out,  // (B, S, H, D) Partial
                              StridedOperand partial_lse,  // (B, H, S) fp32
                              StridedOperand running_out,  // (B, S, H, D) fp32
                              StridedOperand running_lse) {  // (B, H, S) fp32
@@ -56,51 +60,76 @@ __global__ void merge_kernel(StridedOperand partial_out,  // (B, S, H, D) any dt
   const int lane = threadIdx.x % kWarpSize;
   const int64_t head_dim = running_out.shape[3];
   float* lse_pointer = static_cast<float*>(running_lse.data) + statistic_offset(running_lse, row);
-  const float lse = *lse_pointer;
+  const float lse = kRunningIsEmpty ? -INFINITY : *lse_pointer;
   const float lse_partial = static_cast<const float*>(partial_lse.data)[statistic_offset(partial_lse, row)];
   float* out = static_cast<float*>(running_out.data) + row_offset(running_out, row);
-  const int64_t out_stride = running_out.strides[3];
+  const Partial* partial = static_cast<const Partial*>(partial_out.data) + row_offset(partial_out, row);
+  const int64_t out_stride = running_out.strides[3], partial_stride = partial_out.strides[3];
 
   const float high = fmaxf(lse, lse_partial);
-  if (high == -INFINITY) {
-    // Neither side saw a key: out = 0, lse stays -inf.
-    for (int64_t d = lane; d < head_dim; d += kWarpSize) out[d * out_stride] = 0.0f;
-    return;
-  }
-  const float low = fminf(lse, lse_partial);
-  // lse' = max + log1p(exp(min - max))
-  const float merged = high + log1pf(expf(low - high));
+  // lse' = max + log1p(exp(min - max)); -inf when neither side saw a key.
+  const float merged = high == -INFINITY ? -INFINITY : high + log1pf(expf(fminf(lse, lse_partial) - high));
   // out' = out exp(lse - lse') + out_b exp(lse_b - lse'); a side of weight 0 (lse = -inf, or
-  // too far below) is not read, so whatever it holds never reaches the result.
-  const float running_weight = expf(lse - merged);
-  const float partial_weight = expf(lse_partial - merged);
-  const int64_t partial_base = row_offset(partial_out, row);
-  const int64_t partial_stride = partial_out.strides[3];
-  for (int64_t d = lane; d < head_dim; d += kWarpSize) {
-    float merged_out = running_weight == 0.0f ? 0.0f : out[d * out_stride] * running_weight;
-    if (partial_weight != 0.0f)
-      merged_out += load_as_float(partial_out.data, partial_out.dtype, partial_base + d * partial_stride) *
-                    partial_weight;
-    out[d * out_stride] = merged_out;
+  // too far below) is not read, so whatever it holds never reaches the result, and a row that
+  // saw no key gets out = 0.
+  const float running_weight = high == -INFINITY ? 0.0f : expf(lse - merged);
+  const float partial_weight = high == -INFINITY ? 0.0f : expf(lse_partial - merged);
+  for (int64_t d = int64_t(lane) * Width; d < head_dim; d += int64_t(kWarpSize) * Width) {
+    float merged_out[Width] = {};
+    if (running_weight != 0.0f) {
+      float running_values[Width];
+      if (Width > 1) {
+        load_pack<float, Width>(out + d, running_values);
+      } else {
+        running_values[0] = out[d * out_stride];
+      }
+#pragma unroll
+      for (int i = 0; i < Width; ++i) merged_out[i] = running_values[i] * running_weight;
+    }
+    if (partial_weight != 0.0f) {
+      float partial_values[Width];
+      if (Width > 1) {
+        load_pack<Partial, Width>(partial + d, partial_values);
+      } else {
+        partial_values[0] = to_float(partial[d * partial_stride]);
+      }
+#pragma unroll
+      for (int i = 0; i < Width; ++i) merged_out[i] += partial_values[i] * partial_weight;
+    }
+    if (Width > 1) {
+      store_pack<float, Width>(merged_out, out + d);
+    } else {
+      out[d * out_stride] = merged_out[0];
+    }
   }
   // Every lane has read lse before lane 0 overwrites it.
   __syncwarp();
   if (lane == 0) *lse_pointer = merged;
 }
 
-__global__ void softmax_delta_kernel(StridedOperand out,     // (B, S, H, D) any dtype
-                                     StridedOperand dout,    // (B, S, H, D) any dtype
+template <typename Out, typename Dout, int Width>
+__global__ void softmax_delta_kernel(StridedOperand out,     // (B, S, H, D) Out
+                                     StridedOperand dout,    // (B, S, H, D) Dout
                                      StridedOperand delta) {  // (B, H, S) fp32
   Row row;
   if (!warp_row(out, row)) return;
   const int lane = threadIdx.x % kWarpSize;
   const int64_t head_dim = out.shape[3];
-  const int64_t out_base = row_offset(out, row), dout_base = row_offset(dout, row);
-  // delta = sum_d out_d * dout_d: each lane sums its strided share, then the warp adds them up.
+  const Out* out_row = static_cast<const Out*>(out.data) + row_offset(out, row);
+  const Dout* dout_row = static_cast<const Dout*>(dout.data) + row_offset(dout, row);
+  // delta = sum_d out_d * dout_d: each lane sums its share, then the warp adds them up.
   float sum = 0.0f;
-  for (int64_t d = lane; d < head_dim; d += kWarpSize) {
-    sum += load_as_float(out.data, out.dtype, out_base + d * out.strides[3]) *
-           load_as_float(dout.data, dout.dtype, dout_base + d * dout.strides[3]);
+  for (int64_t d = int64_t(lane) * Width; d < head_dim; d += int64_t(kWarpSize) * Width) {
+    float out_values[Width], dout_values[Width];
+    if (Width > 1) {
+      load_pack<Out, Width>(out_row + d, out_values);
+      load_pack<Dout, Width>(dout_row + d, dout_values);
+    } else {
+      out_values[0] = to_float(out_row[d * out.strides[3]]);
+      dout_values[0] = to_float(dout_row[d * dout.strides[3]]);
+    }
+#pragma unroll
+    for (int i = 0; i < Width; ++i) sum += out_values[i] * dout_values[i];
   }
   for (int offset = kWarpSize / 2; offset > 0; offset /= 2) sum += __shfl_xor_sync(kFullWarp, sum, offset);
   if (lane == 0) static_cast<float*>(delta.data)[statistic_offset(delta, row)] = sum;
@@ -118,10 +147,17 @@ unsigned warp_row_blocks(const StridedOperand& rows_tensor) {
 }  // namespace
 
 void launch_merge(const StridedOperand& partial_out, const StridedOperand& partial_lse,
-                  const StridedOperand& running_out, const StridedOperand& running_lse, cudaStream_t stream) {
+                  const StridedOperand& running_out, const StridedOperand& running_lse, bool running_is_empty,
+                  cudaStream_t stream) {
   const unsigned blocks = warp_row_blocks(running_out);
   if (blocks == 0) return;
-  merge_kernel<<<blocks, kThreadsPerBlock, 0, stream>>>(partial_out, partial_lse, running_out, running_lse);
+  const bool packs = rows_take_packs_of_4({&partial_out, &running_out});
+  visit_element_type(partial_out.dtype, [&](auto partial_element) {
+    using Partial = decltype(partial_element);
+    const auto kernel = running_is_empty ? (packs ? merge_kernel<Partial, 4, true> : merge_kernel<Partial, 1, true>)
+                                         : (packs ? merge_kernel<Partial, 4, false> : merge_kernel<Partial, 1, false>);
+    kernel<<<blocks, kThreadsPerBlock, 0, stream>>>(partial_out, partial_lse, running_out, running_lse);
+  });
   SPATTN_CUDA_CHECK_LAUNCH("merge_kernel");
 }
 
@@ -129,7 +165,15 @@ void launch_softmax_delta(const StridedOperand& out, const StridedOperand& dout,
                           cudaStream_t stream) {
   const unsigned blocks = warp_row_blocks(out);
   if (blocks == 0) return;
-  softmax_delta_kernel<<<blocks, kThreadsPerBlock, 0, stream>>>(out, dout, delta);
+  const bool packs = rows_take_packs_of_4({&out, &dout});
+  visit_element_type(out.dtype, [&](auto out_element) {
+    visit_element_type(dout.dtype, [&](auto dout_element) {
+      using Out = decltype(out_element);
+      using Dout = decltype(dout_element);
+      const auto kernel = packs ? softmax_delta_kernel<Out, Dout, 4> : softmax_delta_kernel<Out, Dout, 1>;
+      kernel<<<blocks, kThreadsPerBlock, 0, stream>>>(out, dout, delta);
+    });
+  });
   SPATTN_CUDA_CHECK_LAUNCH("softmax_delta_kernel");
 }
 

@@ -3,6 +3,7 @@
 // (TensorView's std::array accessors are host-only).
 
 #include <cstdint>
+#include <initializer_list>
 
 #include "spattn/dtype.hpp"
 #include "spattn/tensor.hpp"
@@ -24,6 +25,19 @@ inline StridedOperand strided_operand(const TensorView& view) {
     operand.strides[d] = view.stride(d);
   }
   return operand;
+}
+
+/// Whether every (b, s, h) row of these (B, S, H, D) operands starts on a 4-element boundary with
+/// head_dim contiguous, so that a thread may move 4 neighbouring elements of a row per load.
+inline bool rows_take_packs_of_4(std::initializer_list<const StridedOperand*> operands) {
+  for (const StridedOperand* operand : operands) {
+    const std::size_t pack_bytes = 4 * dtype_size(operand->dtype);
+    if (operand->ndim != 4 || operand->shape[3] % 4 != 0 || operand->strides[3] != 1 ||
+        operand->strides[0] % 4 != 0 || operand->strides[1] % 4 != 0 || operand->strides[2] % 4 != 0 ||
+        reinterpret_cast<std::uintptr_t>(operand->data) % pack_bytes != 0)
+      return false;
+  }
+  return true;
 }
 
 }  // namespace spattn::cuda

@@ -86,6 +86,35 @@ TEST_F(SegmentSplitTest, TwoMergedCallsEqualOne) {
   EXPECT_LE(relative_error(running_lse.values(), one.lse), 1e-6);
 }
 
+TEST_F(SegmentSplitTest, AccumulatingCallEqualsMergedCalls) {
+  const int64_t q_position = 130;
+  const BlockResult one = forward_block(*kernels, q.view(), q_position, {segment(0, 300)}, mask, scale);
+  HostTensor running_out(DType::f32, {2, 70, 4, 64});
+  HostTensor running_lse(DType::f32, {2, 4, 70});
+  kernels->forward(ForwardBlock{q.view(), q_position, {segment(0, 160)}, mask, scale, running_out.view(), running_lse.view()});
+  ForwardBlock second{q.view(), q_position, {segment(160, 140)}, mask, scale, running_out.view(), running_lse.view()};
+  second.accumulate = true;
+  kernels->forward(second);
+  EXPECT_LE(relative_error(running_out.values(), one.out), 1e-6);
+  EXPECT_LE(relative_error(running_lse.values(), one.lse), 1e-6);
+}
+
+TEST_F(SegmentSplitTest, AccumulatingIntoAnEmptyResultIgnoresItsOutput) {
+  // lse = -inf everywhere: nothing yet, whatever out holds (NaN here) is not read.
+  const int64_t q_position = 130;
+  const BlockResult one = forward_block(*kernels, q.view(), q_position, {segment(0, 300)}, mask, scale);
+  HostTensor running_out(DType::f32, {2, 70, 4, 64});
+  HostTensor running_lse(DType::f32, {2, 4, 70});
+  running_out.poison();
+  for (int64_t i = 0; i < running_lse.view().numel(); ++i)
+    running_lse.set(i, -std::numeric_limits<float>::infinity());
+  ForwardBlock block{q.view(), q_position, {segment(0, 300)}, mask, scale, running_out.view(), running_lse.view()};
+  block.accumulate = true;
+  kernels->forward(block);
+  EXPECT_EQ(running_out.values(), one.out);
+  EXPECT_EQ(running_lse.values(), one.lse);
+}
+
 TEST_F(SegmentSplitTest, RowsThatSeeNoKeyGetZeroAndMinusInfinity) {
   // Queries at 400..469 with a left window of 40 see keys >= 360: none of the 300 keys.
   const BlockResult far = forward_block(*kernels, q.view(), 400, {segment(0, 300)}, mask, scale);
