@@ -220,8 +220,6 @@ PassTimes time_cudnn_alone(Communicator& alone, const AttentionShape& shape, boo
   const int64_t B = shape.batch, S = shape.seq, H = shape.heads, HK = shape.kv_heads, D = shape.head_dim;
   const BenchTensor q(device, shape.dtype, {B, S, H, D}, 5), k(device, shape.dtype, {B, S, HK, D}, 6),
       v(device, shape.dtype, {B, S, HK, D}, 7), dout(device, shape.dtype, {B, S, H, D}, 8);
-  // backward reads the final output in the inputs' dtype
-  const BenchTensor final_out(device, shape.dtype, {B, S, H, D}, 9);
   const BenchTensor out(device, shape.dtype, {B, S, H, D}, 0), dq(device, shape.dtype, {B, S, H, D}, 0),
       dk(device, shape.dtype, {B, S, HK, D}, 0), dv(device, shape.dtype, {B, S, HK, D}, 0);
   const BenchTensor stats(device, DType::f32, {B, H, S}, 0);
@@ -233,8 +231,8 @@ PassTimes time_cudnn_alone(Communicator& alone, const AttentionShape& shape, boo
   const auto forward = [&] { attention.forward(q.view(), k.view(), v.view(), piece, scale, out.view(), stats.view()); };
   const auto forward_backward = [&] {
     forward();
-    attention.backward(q.view(), k.view(), v.view(), final_out.view(), dout.view(), stats.view(), piece, scale,
-                       dq.view(), dk.view(), dv.view());
+    attention.backward(q.view(), k.view(), v.view(), out.view(), dout.view(), stats.view(), piece, scale, dq.view(),
+                       dk.view(), dv.view());
   };
   PassTimes times;
   times.forward_ms = time_calls(alone, device, options.warmup, options.iterations, forward);
