@@ -87,6 +87,13 @@ class BlockKernels {
                              const TensorView& dout,  // (B, S, H, D)
                              TensorView delta) = 0;   // (B, H, S) fp32
 
+  /// BackwardBlock::delta as these kernels need it: softmax_delta where backward reads delta,
+  /// nothing where it recomputes delta from out (backward_reads_output()), so that no pass is
+  /// spent on a term that would never be read.
+  void prepare_backward_delta(const TensorView& out, const TensorView& dout, TensorView delta) {
+    if (!backward_reads_output()) softmax_delta(out, dout, delta);
+  }
+
   /// dst = src element-wise, converting dtypes (rounding to nearest even), any strides,
   /// same shape.
   virtual void copy(const TensorView& src, TensorView dst) = 0;

@@ -186,7 +186,7 @@ struct Problem {
 // Forward: compute on the held K,V while the next step's K,V travel; K,V move after every step but
 // the last. Backward, as src/strategies/rotation_attention.cpp runs it: K,V rotate again, and the
 // dK,dV accumulators of step s follow one hop behind during step s + 1, the last hop (to their
-// owner) after the last step.
+// owner, in the input dtype) after the last step.
 void add_rotation_passes(StrategyCost& cost, const Problem& problem, int steps,
                          const std::function<double(int step)>& forward_flop, const StepTraffic& kv,
                          const StepTraffic& kv_gradient) {
@@ -214,7 +214,8 @@ void add_rotation_passes(StrategyCost& cost, const Problem& problem, int steps,
     }
     append_step(cost.backward, backward);
   }
-  if (steps > 1) append_step(cost.backward, {"dK,dV to owner", 1, 0.0, gradient_transfer, true});
+  // The last hop carries each slot's final gradient, rounded to the input dtype by its sender.
+  if (steps > 1) append_step(cost.backward, {"dK,dV to owner", 1, 0.0, kv_transfer, true});
 }
 
 void add_transfer_phase(std::vector<StepCost>& pass, const Problem& problem, const std::string& what,

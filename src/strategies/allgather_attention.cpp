@@ -1,9 +1,10 @@
 // All-gather attention (Llama 3 style): every rank gathers the keys and values of the whole
 // sequence and attends its own zigzag queries to them once; backward reduce-scatters dK and dV
-// (fp32) back to their owners. Work goes one kv head at a time, so the gathered keys and values
-// of only two heads are in memory, and the gather of head h+1 (the reduce-scatter of head h-1 in
-// backward) overlaps the compute of head h.
+// (fp32) back to their owners. Work goes in steps of a group of kv heads, so the gathered keys
+// and values of only two groups are in memory, and the gather of group g+1 (the reduce-scatter of
+// group g-1 in backward) overlaps the compute of group g.
 
+#include <algorithm>
 #include <limits>
 #include <utility>
 
@@ -20,11 +21,23 @@ namespace {
 
 constexpr int64_t kAllGatherStrategyId = 6;
 
-// One rank's keys and values of one kv head side by side, the unit every collective moves.
-struct KvHead {
-  TensorView k;  // (B, S_local, 1, D)
-  TensorView v;  // (B, S_local, 1, D)
+// At most this many steps: each step's gather is exposed only at the first, but every step is one
+// more round of cuDNN calls, which run below their best rate on few heads at short lengths.
+constexpr int64_t kMaxHeadGroups = 4;
+
+// One rank's keys and values of one group of kv heads side by side, the unit every collective
+// moves.
+struct KvHeads {
+  TensorView k;  // (B, S_local, G, D)
+  TensorView v;  // (B, S_local, G, D)
 };
+
+// kv heads per step: the fewest that leave at most kMaxHeadGroups steps and divide the kv heads.
+int64_t kv_heads_per_group(int64_t kv_heads) {
+  int64_t groups = std::min(kv_heads, kMaxHeadGroups);
+  while (kv_heads % groups != 0) ++groups;
+  return kv_heads / groups;
+}
 
 // A chunk of another rank's shard that one of this rank's query chunks sees.
 struct VisibleChunk {
@@ -48,7 +61,9 @@ class AllGatherStrategy final : public Strategy {
         rank(communicator.rank()),
         ranks(communicator.size()),
         local_seq(sequence_layout.local_length()),
-        heads_per_kv_head(call_shape.heads / call_shape.kv_heads) {
+        heads_per_kv_head(call_shape.heads / call_shape.kv_heads),
+        group_kv_heads(kv_heads_per_group(call_shape.kv_heads)),
+        groups(static_cast<int>(call_shape.kv_heads / group_kv_heads)) {
     for (const SequenceChunk& queries : sequence_layout.chunks(rank)) {
       std::vector<VisibleChunk> visible;
       for (int source = 0; source < ranks; ++source)
@@ -69,18 +84,17 @@ class AllGatherStrategy final : public Strategy {
     agree_on_call(comm, forward_arguments_error(shape, local_seq, kernels->device(), q, k, v, out, lse),
                   call_signature(kAllGatherStrategyId, shape, options));
     ensure_workspace(/*backward=*/false);
-    const int heads = static_cast<int>(shape.kv_heads);
-    ProfileRecorder recorder(profile, heads, *kernels);
+    ProfileRecorder recorder(profile, groups, *kernels);
     std::unique_ptr<PendingTransfer> gather;
     recorder.compute(0, [&] { gather = start_gather(k, v, 0, recorder, 0); });
-    for (int kv_head = 0; kv_head < heads; ++kv_head) {
+    for (int group = 0; group < groups; ++group) {
       std::unique_ptr<PendingTransfer> next_gather;
-      if (kv_head + 1 < heads) recorder.compute(kv_head, [&] { next_gather = start_gather(k, v, kv_head + 1, recorder, kv_head); });
-      recorder.communication(kv_head, [&] { comm.wait(*gather); });
-      recorder.compute(kv_head, [&] { forward_head(q, lse, kv_head); });
+      if (group + 1 < groups) recorder.compute(group, [&] { next_gather = start_gather(k, v, group + 1, recorder, group); });
+      recorder.communication(group, [&] { comm.wait(*gather); });
+      recorder.compute(group, [&] { forward_group(q, lse, group); });
       gather = std::move(next_gather);
     }
-    recorder.compute(heads - 1, [&] { kernels->copy(out_accumulator, out); });
+    recorder.compute(groups - 1, [&] { kernels->copy(out_accumulator, out); });
     recorder.finish();
   }
 
@@ -92,30 +106,28 @@ class AllGatherStrategy final : public Strategy {
                   backward_arguments_error(shape, local_seq, kernels->device(), q, k, v, out, lse, dout, dq, dk, dv),
                   call_signature(kAllGatherStrategyId, shape, options));
     ensure_workspace(/*backward=*/true);
-    const int heads = static_cast<int>(shape.kv_heads);
-    ProfileRecorder recorder(profile, heads, *kernels);
+    ProfileRecorder recorder(profile, groups, *kernels);
     std::unique_ptr<PendingTransfer> gather, reduction;
     recorder.compute(0, [&] {
-      // Kernels that recompute delta from out (cuDNN's) would never read it.
-      if (!kernels->backward_reads_output()) kernels->softmax_delta(out, dout, delta);
+      kernels->prepare_backward_delta(out, dout, delta);
       kernels->fill(dq_accumulator, 0.0f);
       gather = start_gather(k, v, 0, recorder, 0);
     });
-    for (int kv_head = 0; kv_head < heads; ++kv_head) {
+    for (int group = 0; group < groups; ++group) {
       std::unique_ptr<PendingTransfer> next_gather;
-      if (kv_head + 1 < heads) recorder.compute(kv_head, [&] { next_gather = start_gather(k, v, kv_head + 1, recorder, kv_head); });
-      recorder.communication(kv_head, [&] { comm.wait(*gather); });
-      recorder.compute(kv_head, [&] { backward_head(q, out, dout, lse, kv_head); });
-      // The previous head's sums must land before its buffers are reused by this head's.
-      if (reduction) finish_reduction(recorder, *reduction, kv_head - 1, dk, dv, kv_head);
-      recorder.sent(kv_head, static_cast<double>(2 * head_elements() * sizeof(float)) * (ranks - 1), ranks - 1);
-      reduction = comm.start_reduce_scatter_sum(static_cast<const float*>(gradient_gathered[kv_head % 2].data()),
-                                                static_cast<float*>(gradient_reduced[kv_head % 2].data()),
-                                                2 * head_elements());
+      if (group + 1 < groups) recorder.compute(group, [&] { next_gather = start_gather(k, v, group + 1, recorder, group); });
+      recorder.communication(group, [&] { comm.wait(*gather); });
+      recorder.compute(group, [&] { backward_group(q, out, dout, lse, group); });
+      // The previous group's sums must land before its buffers are reused by this group's.
+      if (reduction) finish_reduction(recorder, *reduction, group - 1, dk, dv, group);
+      recorder.sent(group, static_cast<double>(2 * group_elements() * sizeof(float)) * (ranks - 1), ranks - 1);
+      reduction = comm.start_reduce_scatter_sum(static_cast<const float*>(gradient_gathered[group % 2].data()),
+                                                static_cast<float*>(gradient_reduced[group % 2].data()),
+                                                2 * group_elements());
       gather = std::move(next_gather);
     }
-    finish_reduction(recorder, *reduction, heads - 1, dk, dv, heads - 1);
-    recorder.compute(heads - 1, [&] { kernels->copy(dq_accumulator, dq); });
+    finish_reduction(recorder, *reduction, groups - 1, dk, dv, groups - 1);
+    recorder.compute(groups - 1, [&] { kernels->copy(dq_accumulator, dq); });
     recorder.finish();
   }
 
@@ -128,25 +140,28 @@ class AllGatherStrategy final : public Strategy {
     return SequenceLayout(LayoutKind::zigzag, shape.seq, comm.size());
   }
 
-  // Elements of one rank's keys (or values) of one kv head: B * S_local * D.
-  std::size_t head_elements() const { return static_cast<std::size_t>(shape.batch * local_seq * shape.head_dim); }
+  // Elements of one rank's keys (or values) of one group of kv heads: B * S_local * G * D.
+  std::size_t group_elements() const {
+    return static_cast<std::size_t>(shape.batch * local_seq * group_kv_heads * shape.head_dim);
+  }
 
-  // A (k, v) pair of one kv head at `data`, keys first.
-  KvHead kv_head_at(void* data, DType dtype) const {
-    const TensorView k = TensorView::contiguous(data, dtype, {shape.batch, local_seq, 1, shape.head_dim}, kernels->device());
+  // A (k, v) pair of one group of kv heads at `data`, keys first.
+  KvHeads group_at(void* data, DType dtype) const {
+    const TensorView k = TensorView::contiguous(data, dtype, {shape.batch, local_seq, group_kv_heads, shape.head_dim},
+                                                kernels->device());
     TensorView v = k;
-    v.data = static_cast<char*>(data) + head_elements() * dtype_size(dtype);
+    v.data = static_cast<char*>(data) + group_elements() * dtype_size(dtype);
     return {k, v};
   }
 
-  // Rank `source`'s (k, v) of one kv head inside a gathered buffer (blocks in rank order).
-  KvHead gathered_head(const DeviceBuffer& buffer, DType dtype, int source) const {
-    return kv_head_at(static_cast<char*>(buffer.data()) + 2 * head_elements() * dtype_size(dtype) * source, dtype);
+  // Rank `source`'s (k, v) of one group inside a gathered buffer (blocks in rank order).
+  KvHeads gathered_group(const DeviceBuffer& buffer, DType dtype, int source) const {
+    return group_at(static_cast<char*>(buffer.data()) + 2 * group_elements() * dtype_size(dtype) * source, dtype);
   }
 
   void ensure_workspace(bool backward) {
-    const std::size_t kv_bytes = 2 * head_elements() * dtype_size(shape.dtype);
-    const std::size_t gradient_bytes = 2 * head_elements() * sizeof(float);
+    const std::size_t kv_bytes = 2 * group_elements() * dtype_size(shape.dtype);
+    const std::size_t gradient_bytes = 2 * group_elements() * sizeof(float);
     const std::size_t query_bytes = static_cast<std::size_t>(shape.batch * local_seq * shape.heads * shape.head_dim);
     if (buffers.empty()) {
       for (int i = 0; i < 2; ++i) {
@@ -170,45 +185,50 @@ class AllGatherStrategy final : public Strategy {
                                    kernels->device());
   }
 
-  // Packs this rank's kv head `kv_head` and starts gathering every rank's into gathered[kv_head % 2].
-  std::unique_ptr<PendingTransfer> start_gather(const TensorView& k, const TensorView& v, int kv_head,
+  // kv heads of `group` in a (B, S, HK, D) tensor.
+  TensorView kv_heads_of(const TensorView& tensor, int group) const {
+    return tensor.slice(2, group * group_kv_heads, group_kv_heads);
+  }
+
+  // Packs this rank's kv heads of `group` and starts gathering every rank's into gathered[group % 2].
+  std::unique_ptr<PendingTransfer> start_gather(const TensorView& k, const TensorView& v, int group,
                                                 ProfileRecorder& recorder, int step) {
-    const KvHead mine = kv_head_at(packed[kv_head % 2].data(), shape.dtype);
-    kernels->copy(k.slice(2, kv_head, 1), mine.k);
-    kernels->copy(v.slice(2, kv_head, 1), mine.v);
-    const std::size_t bytes = 2 * head_elements() * dtype_size(shape.dtype);
+    const KvHeads mine = group_at(packed[group % 2].data(), shape.dtype);
+    kernels->copy(kv_heads_of(k, group), mine.k);
+    kernels->copy(kv_heads_of(v, group), mine.v);
+    const std::size_t bytes = 2 * group_elements() * dtype_size(shape.dtype);
     recorder.sent(step, static_cast<double>(bytes) * (ranks - 1), ranks - 1);
-    return comm.start_all_gather(mine.k.data, gathered[kv_head % 2].data(), bytes);
+    return comm.start_all_gather(mine.k.data, gathered[group % 2].data(), bytes);
   }
 
-  // Query heads that read kv head `kv_head`.
-  TensorView query_heads(const TensorView& tensor, int kv_head) const {
-    return tensor.slice(2, kv_head * heads_per_kv_head, heads_per_kv_head);
+  // Query heads that read the kv heads of `group` (GQA: query head h reads kv head h / (H/HK)).
+  TensorView query_heads(const TensorView& tensor, int group) const {
+    return tensor.slice(2, group * group_kv_heads * heads_per_kv_head, group_kv_heads * heads_per_kv_head);
   }
-  TensorView lse_heads(const TensorView& lse, int kv_head) const {
-    return lse.slice(1, kv_head * heads_per_kv_head, heads_per_kv_head);
+  TensorView lse_heads(const TensorView& lse, int group) const {
+    return lse.slice(1, group * group_kv_heads * heads_per_kv_head, group_kv_heads * heads_per_kv_head);
   }
 
-  void forward_head(const TensorView& q, TensorView lse, int kv_head) {
-    const DeviceBuffer& keys = gathered[kv_head % 2];
+  void forward_group(const TensorView& q, TensorView lse, int group) {
+    const DeviceBuffer& keys = gathered[group % 2];
     std::size_t chunk_index = 0;
     for (const SequenceChunk& queries : sequence_layout.chunks(rank)) {
       forward_block.segments.clear();
       for (const VisibleChunk& visible : visible_chunks[chunk_index++]) {
-        const KvHead source = gathered_head(keys, shape.dtype, visible.rank);
+        const KvHeads source = gathered_group(keys, shape.dtype, visible.rank);
         forward_block.segments.push_back({source.k.slice(1, visible.chunk.local_offset, visible.chunk.length),
                                           source.v.slice(1, visible.chunk.local_offset, visible.chunk.length),
                                           visible.chunk.position});
       }
-      const TensorView out_rows = query_heads(out_accumulator.slice(1, queries.local_offset, queries.length), kv_head);
-      const TensorView lse_rows = lse_heads(lse.slice(2, queries.local_offset, queries.length), kv_head);
+      const TensorView out_rows = query_heads(out_accumulator.slice(1, queries.local_offset, queries.length), group);
+      const TensorView lse_rows = lse_heads(lse.slice(2, queries.local_offset, queries.length), group);
       if (forward_block.segments.empty()) {
         // Queries that see no key at all: out = 0, lse = -inf.
         kernels->fill(out_rows, 0.0f);
         kernels->fill(lse_rows, -std::numeric_limits<float>::infinity());
         continue;
       }
-      forward_block.q = query_heads(q.slice(1, queries.local_offset, queries.length), kv_head);
+      forward_block.q = query_heads(q.slice(1, queries.local_offset, queries.length), group);
       forward_block.q_position = queries.position;
       forward_block.mask = mask;
       forward_block.scale = scale;
@@ -218,19 +238,19 @@ class AllGatherStrategy final : public Strategy {
     }
   }
 
-  void backward_head(const TensorView& q, const TensorView& out, const TensorView& dout, const TensorView& lse,
-                     int kv_head) {
-    const DeviceBuffer& keys = gathered[kv_head % 2];
-    const DeviceBuffer& gradients = gradient_gathered[kv_head % 2];
+  void backward_group(const TensorView& q, const TensorView& out, const TensorView& dout, const TensorView& lse,
+                      int group) {
+    const DeviceBuffer& keys = gathered[group % 2];
+    const DeviceBuffer& gradients = gradient_gathered[group % 2];
     kernels->fill(TensorView::contiguous(gradients.data(), DType::f32,
-                                         {static_cast<int64_t>(2 * head_elements()) * ranks}, kernels->device()),
+                                         {static_cast<int64_t>(2 * group_elements()) * ranks}, kernels->device()),
                   0.0f);
     std::size_t chunk_index = 0;
     for (const SequenceChunk& queries : sequence_layout.chunks(rank)) {
       backward_block.segments.clear();
       for (const VisibleChunk& visible : visible_chunks[chunk_index++]) {
-        const KvHead source = gathered_head(keys, shape.dtype, visible.rank);
-        const KvHead gradient = gathered_head(gradients, DType::f32, visible.rank);
+        const KvHeads source = gathered_group(keys, shape.dtype, visible.rank);
+        const KvHeads gradient = gathered_group(gradients, DType::f32, visible.rank);
         const int64_t offset = visible.chunk.local_offset;
         const int64_t length = visible.chunk.length;
         backward_block.segments.push_back(
@@ -240,27 +260,27 @@ class AllGatherStrategy final : public Strategy {
       }
       if (backward_block.segments.empty()) continue;
       const int64_t offset = queries.local_offset;
-      backward_block.q = query_heads(q.slice(1, offset, queries.length), kv_head);
+      backward_block.q = query_heads(q.slice(1, offset, queries.length), group);
       backward_block.q_position = queries.position;
-      backward_block.dout = query_heads(dout.slice(1, offset, queries.length), kv_head);
-      backward_block.out = query_heads(out.slice(1, offset, queries.length), kv_head);
-      backward_block.lse = lse_heads(lse.slice(2, offset, queries.length), kv_head);
-      backward_block.delta = lse_heads(delta.slice(2, offset, queries.length), kv_head);
+      backward_block.dout = query_heads(dout.slice(1, offset, queries.length), group);
+      backward_block.out = query_heads(out.slice(1, offset, queries.length), group);
+      backward_block.lse = lse_heads(lse.slice(2, offset, queries.length), group);
+      backward_block.delta = lse_heads(delta.slice(2, offset, queries.length), group);
       backward_block.mask = mask;
       backward_block.scale = scale;
-      backward_block.dq = query_heads(dq_accumulator.slice(1, offset, queries.length), kv_head);
+      backward_block.dq = query_heads(dq_accumulator.slice(1, offset, queries.length), group);
       kernels->backward(backward_block);
     }
   }
 
-  // Waits for the reduce-scatter of kv head `kv_head` and writes this rank's sums into dk, dv.
-  void finish_reduction(ProfileRecorder& recorder, PendingTransfer& reduction, int kv_head, TensorView dk, TensorView dv,
+  // Waits for the reduce-scatter of `group` and writes this rank's sums into dk, dv.
+  void finish_reduction(ProfileRecorder& recorder, PendingTransfer& reduction, int group, TensorView dk, TensorView dv,
                         int step) {
     recorder.communication(step, [&] { comm.wait(reduction); });
     recorder.compute(step, [&] {
-      const KvHead sums = kv_head_at(gradient_reduced[kv_head % 2].data(), DType::f32);
-      kernels->copy(sums.k, dk.slice(2, kv_head, 1));
-      kernels->copy(sums.v, dv.slice(2, kv_head, 1));
+      const KvHeads sums = group_at(gradient_reduced[group % 2].data(), DType::f32);
+      kernels->copy(sums.k, kv_heads_of(dk, group));
+      kernels->copy(sums.v, kv_heads_of(dv, group));
     });
   }
 
@@ -276,12 +296,14 @@ class AllGatherStrategy final : public Strategy {
   const int ranks;
   const int64_t local_seq;
   const int64_t heads_per_kv_head;
+  const int64_t group_kv_heads;  // kv heads per step, G
+  const int groups;              // steps: HK / G
   std::vector<std::vector<VisibleChunk>> visible_chunks;  // per query chunk of this rank
 
-  // Double buffers: index kv_head % 2.
-  DeviceBuffer packed[2];             // this rank's (k, v) of one kv head, dtype
-  DeviceBuffer gathered[2];           // every rank's (k, v) of one kv head, rank order
-  DeviceBuffer gradient_gathered[2];  // fp32 (dk, dv) for every rank's keys of one kv head
+  // Double buffers: index group % 2.
+  DeviceBuffer packed[2];             // this rank's (k, v) of one group of kv heads, dtype
+  DeviceBuffer gathered[2];           // every rank's (k, v) of one group, rank order
+  DeviceBuffer gradient_gathered[2];  // fp32 (dk, dv) for every rank's keys of one group
   DeviceBuffer gradient_reduced[2];   // fp32 (dk, dv) of this rank's keys, summed over ranks
   std::vector<DeviceBuffer> buffers;
   TensorView out_accumulator;  // (B, S_local, H, D) fp32

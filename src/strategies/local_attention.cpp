@@ -61,8 +61,7 @@ void local_attention_backward(const TensorView& q, const TensorView& k, const Te
   const TensorView dv_accumulator = TensorView::contiguous(dv_buffer.data(), DType::f32, {B, S, HK, D}, device);
   const TensorView delta = TensorView::contiguous(delta_buffer.data(), DType::f32, {B, H, S}, device);
   for (const TensorView& accumulator : {dq_accumulator, dk_accumulator, dv_accumulator}) kernels->fill(accumulator, 0.0f);
-  // Kernels that recompute delta from out (cuDNN's) would never read it.
-  if (!kernels->backward_reads_output()) kernels->softmax_delta(out, dout, delta);
+  kernels->prepare_backward_delta(out, dout, delta);
   BackwardBlock block;
   block.q = q;
   block.segments = {KvGradSegment{KvSegment{k, v, 0}, dk_accumulator, dv_accumulator}};

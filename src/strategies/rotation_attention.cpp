@@ -107,8 +107,7 @@ class RotationStrategy final : public Strategy {
     int current = 0;
     recorder.compute(0, [&] {
       fill_own_slots(k, v, rotating_kv[current]);
-      // Kernels that recompute delta from out (cuDNN's) would never read it.
-      if (!kernels->backward_reads_output()) kernels->softmax_delta(out, dout, delta);
+      kernels->prepare_backward_delta(out, dout, delta);
       kernels->fill(dq_accumulator, 0.0f);
     });
     // The gradient of the slots computed at step s leaves along their cycles after step s,
@@ -131,17 +130,28 @@ class RotationStrategy final : public Strategy {
           }
         });
       }
-      if (ranks > 1) gradient_hop = start_rotation(contribution, kv_gradient_received, recorder, step);
+      if (step + 1 < ranks) gradient_hop = start_rotation(contribution, kv_gradient_received, recorder, step);
       if (rotation) {
         recorder.communication(step, [&] { comm.wait(*rotation); });
         current = 1 - current;
       }
     }
-    if (gradient_hop) recorder.communication(ranks - 1, [&] { comm.wait(*gradient_hop); });
-    const SlotSet& own_gradient = ranks > 1 ? kv_gradient_received : kv_gradient_contribution[0];
+    const SlotSet* own_gradient = &kv_gradient_contribution[0];
+    if (ranks > 1) {
+      // The last hop brings each slot its final gradient, with no step left to hide it behind.
+      // The owner would round it to the caller's dtype anyway, so the sender does and the hop
+      // carries half the bytes of fp32 (for bf16 and fp16). Both key/value buffers are free
+      // now: no rotation follows the last step, whose blocks were enqueued before this copy.
+      const SlotSet& final_gradient = rotating_kv[current];
+      const SlotSet& own_final_gradient = rotating_kv[1 - current];
+      recorder.compute(ranks - 1, [&] { copy_slots(kv_gradient_contribution[(ranks - 1) % 2], final_gradient); });
+      gradient_hop = start_rotation(final_gradient, own_final_gradient, recorder, ranks - 1);
+      recorder.communication(ranks - 1, [&] { comm.wait(*gradient_hop); });
+      own_gradient = &own_final_gradient;
+    }
     recorder.compute(ranks - 1, [&] {
       kernels->copy(dq_accumulator, dq);
-      return_own_slots(own_gradient, dk, dv);
+      return_own_slots(*own_gradient, dk, dv);
     });
     recorder.finish();
   }
@@ -235,6 +245,13 @@ class RotationStrategy final : public Strategy {
       kernels->copy(gradient[slot].k.slice(1, slot_offset, length), dk.slice(1, shard_offset, length));
       kernels->copy(gradient[slot].v.slice(1, slot_offset, length), dv.slice(1, shard_offset, length));
     });
+  }
+
+  void copy_slots(const SlotSet& source, const SlotSet& destination) {
+    for (std::size_t slot = 0; slot < source.size(); ++slot) {
+      kernels->copy(source[slot].k, destination[slot].k);
+      kernels->copy(source[slot].v, destination[slot].v);
+    }
   }
 
   void fill_slots(const SlotSet& set, float value) {

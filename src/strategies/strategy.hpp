@@ -60,7 +60,7 @@ std::unique_ptr<Strategy> make_two_level_hamilton_strategy(Communicator& communi
                                                            const AttentionShape& shape, const AttentionOptions& options,
                                                            const std::string& caller_error);
 
-/// All-gather attention over the zigzag layout, one kv head at a time.
+/// All-gather attention over the zigzag layout, one group of kv heads at a time.
 std::unique_ptr<Strategy> make_allgather_strategy(Communicator& communicator, const AttentionShape& shape,
                                                   const AttentionOptions& options, const std::string& caller_error);
 

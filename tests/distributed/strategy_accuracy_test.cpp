@@ -58,6 +58,23 @@ INSTANTIATE_TEST_SUITE_P(AllStrategies, LongChunkAccuracy,
                          ::testing::Values(Algorithm::ring, Algorithm::zigzag, Algorithm::allgather),
                          [](const ::testing::TestParamInfo<Algorithm>& info) { return algorithm_name(info.param); });
 
+// All-gather works in steps of several kv heads when there are more than four: 8 kv heads go in
+// 4 steps of 2 (16 query heads, GQA 2:1), 12 in 4 steps of 3 (MQA-like groups of 1 query head).
+class AllGatherHeadGroups : public ::testing::TestWithParam<std::tuple<int64_t /*heads*/, int64_t /*kv heads*/>> {};
+
+TEST_P(AllGatherHeadGroups, MatchesReferenceForwardAndBackward) {
+  const auto [heads, kv_heads] = GetParam();
+  const AttentionShape shape{1, 2 * world().size() * 7, heads, kv_heads, 16, DType::f32};
+  expect_accurate(Algorithm::allgather, random_problem(shape, AttentionOptions{true, 9, -1}, 61, /*backward=*/true), {});
+}
+
+INSTANTIATE_TEST_SUITE_P(KvHeadCounts, AllGatherHeadGroups,
+                         ::testing::Values(std::make_tuple(int64_t{16}, int64_t{8}), std::make_tuple(int64_t{12}, int64_t{12})),
+                         [](const ::testing::TestParamInfo<std::tuple<int64_t, int64_t>>& info) {
+                           return "heads" + std::to_string(std::get<0>(info.param)) + "_kv" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
+
 // A plan reused across calls gives the same result as the first call (workspace reuse).
 TEST(RingAttentionPlan, RepeatedCallsAreIdentical) {
   const int ranks = world().size();

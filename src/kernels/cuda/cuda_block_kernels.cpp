@@ -103,11 +103,8 @@ void CudaBlockKernels::forward(const ForwardBlock& block) {
   for (const KvSegment& segment : block.segments) check_segment(segment, block.q, device);
 
   const TensorView& q = block.q;
-  struct SegmentPiece {
-    const KvSegment* segment;
-    CudnnPiece piece;
-  };
-  std::vector<SegmentPiece> pieces;
+  std::vector<SegmentPiece>& pieces = forward_pieces_;
+  pieces.clear();
   for (const KvSegment& segment : block.segments)
     for (const CudnnPiece& piece :
          plan_cudnn_pieces(q.size(1), block.q_position, segment.k.size(1), segment.position, block.mask))

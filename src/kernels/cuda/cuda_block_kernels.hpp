@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <vector>
 
 #include "kernels/block_kernels.hpp"
 #include "kernels/cuda/cuda_elementwise_kernels.hpp"
@@ -61,6 +62,12 @@ class CudaBlockKernels final : public BlockKernels {
   };
   void* scratch(Scratch& buffer, std::size_t bytes);
 
+  /// One cuDNN call of a forward block: a piece of one of its segments.
+  struct SegmentPiece {
+    const KvSegment* segment;
+    CudnnPiece piece;
+  };
+
   CudaElementwiseKernels elementwise_;
   cudaEvent_t stream_switch_ = nullptr;  // orders a new stream after the previous one
   CudnnAttention attention_;
@@ -70,6 +77,7 @@ class CudaBlockKernels final : public BlockKernels {
   Scratch dv_;     // backward: (B, m, HK, D)
   Scratch final_out_;   // backward: block.out in q's dtype when it comes in another dtype
   Scratch final_dout_;  // backward: block.dout in q's dtype when it comes in another dtype
+  std::vector<SegmentPiece> forward_pieces_;  // reused by every forward call: no host allocation per block
 };
 
 /// The CUDA kernels of `device` (Device{cuda, i}) on a stream of their own.

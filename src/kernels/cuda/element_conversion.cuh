@@ -49,6 +49,27 @@ __device__ inline void store_pack(const float (&values)[Width], void* data) {
   *static_cast<ElementPack<Element, Width>*>(data) = pack;
 }
 
+/// values[i] = row[d + i] for i < Width: one aligned pack when Width > 1 (head_dim contiguous),
+/// else the single element at d of a row whose elements are `stride` apart.
+template <typename Element, int Width>
+__device__ inline void load_row_elements(const Element* row, int64_t d, int64_t stride, float (&values)[Width]) {
+  if constexpr (Width > 1) {
+    load_pack<Element, Width>(row + d, values);
+  } else {
+    values[0] = to_float(row[d * stride]);
+  }
+}
+
+/// row[d + i] = values[i] rounded, the store that matches load_row_elements.
+template <typename Element, int Width>
+__device__ inline void store_row_elements(const float (&values)[Width], Element* row, int64_t d, int64_t stride) {
+  if constexpr (Width > 1) {
+    store_pack<Element, Width>(values, row + d);
+  } else {
+    row[d * stride] = from_float<Element>(values[0]);
+  }
+}
+
 /// Offset in elements of the element at row-major position `flat` of `operand`.
 __device__ inline int64_t element_offset(const StridedOperand& operand, int64_t flat) {
   int64_t offset = 0;

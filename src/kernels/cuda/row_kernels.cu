@@ -78,29 +78,17 @@ __global__ void merge_kernel(StridedOperand partial_out,  // (B, S, H, D) Partia
     float merged_out[Width] = {};
     if (running_weight != 0.0f) {
       float running_values[Width];
-      if (Width > 1) {
-        load_pack<float, Width>(out + d, running_values);
-      } else {
-        running_values[0] = out[d * out_stride];
-      }
+      load_row_elements<float, Width>(out, d, out_stride, running_values);
 #pragma unroll
       for (int i = 0; i < Width; ++i) merged_out[i] = running_values[i] * running_weight;
     }
     if (partial_weight != 0.0f) {
       float partial_values[Width];
-      if (Width > 1) {
-        load_pack<Partial, Width>(partial + d, partial_values);
-      } else {
-        partial_values[0] = to_float(partial[d * partial_stride]);
-      }
+      load_row_elements<Partial, Width>(partial, d, partial_stride, partial_values);
 #pragma unroll
       for (int i = 0; i < Width; ++i) merged_out[i] += partial_values[i] * partial_weight;
     }
-    if (Width > 1) {
-      store_pack<float, Width>(merged_out, out + d);
-    } else {
-      out[d * out_stride] = merged_out[0];
-    }
+    store_row_elements<float, Width>(merged_out, out, d, out_stride);
   }
   // Every lane has read lse before lane 0 overwrites it.
   __syncwarp();
@@ -121,13 +109,8 @@ __global__ void softmax_delta_kernel(StridedOperand out,     // (B, S, H, D) Out
   float sum = 0.0f;
   for (int64_t d = int64_t(lane) * Width; d < head_dim; d += int64_t(kWarpSize) * Width) {
     float out_values[Width], dout_values[Width];
-    if (Width > 1) {
-      load_pack<Out, Width>(out_row + d, out_values);
-      load_pack<Dout, Width>(dout_row + d, dout_values);
-    } else {
-      out_values[0] = to_float(out_row[d * out.strides[3]]);
-      dout_values[0] = to_float(dout_row[d * dout.strides[3]]);
-    }
+    load_row_elements<Out, Width>(out_row, d, out.strides[3], out_values);
+    load_row_elements<Dout, Width>(dout_row, d, dout.strides[3], dout_values);
 #pragma unroll
     for (int i = 0; i < Width; ++i) sum += out_values[i] * dout_values[i];
   }

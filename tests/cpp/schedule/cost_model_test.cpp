@@ -125,7 +125,8 @@ TEST(CostModel, StepsAndTotalsFollowTheRotation) {
   EXPECT_DOUBLE_EQ(ring.forward[0].compute_seconds, compute);
   EXPECT_EQ(ring.forward[1].what, "none");
   EXPECT_DOUBLE_EQ(ring.forward_seconds, 7 * std::max(compute, transfer) + compute);
-  // Backward: K,V; 6 x (K,V + dK,dV in fp32); dK,dV; the last hop to the owners.
+  // Backward: K,V; 6 x (K,V + dK,dV in fp32); dK,dV; the last hop to the owners, in the input
+  // dtype (the size of K,V).
   const double gradient_transfer = 1e-6 + 14336 / 100e9;
   const double both_transfer = 2e-6 + (7168 + 14336) / 100e9;
   ASSERT_EQ(ring.backward.size(), 4u);
@@ -134,8 +135,9 @@ TEST(CostModel, StepsAndTotalsFollowTheRotation) {
   EXPECT_EQ(ring.backward[1].transfer.bytes, 7168 + 14336);
   EXPECT_EQ(ring.backward[1].transfer.messages, 2);
   EXPECT_EQ(ring.backward[3].what, "dK,dV to owner");
+  EXPECT_EQ(ring.backward[3].transfer.bytes, 7168);
   const double backward = std::max(2.5 * compute, transfer) + 6 * std::max(2.5 * compute, both_transfer) +
-                          std::max(2.5 * compute, gradient_transfer) + gradient_transfer;
+                          std::max(2.5 * compute, gradient_transfer) + transfer;
   EXPECT_DOUBLE_EQ(ring.forward_backward_seconds, ring.forward_seconds + backward);
 }
 
