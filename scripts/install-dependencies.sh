@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs what spattn needs to build and test on Debian or Ubuntu (run as root). Packages that
-# are already present are not fetched again, so a prepared machine needs no network.
+# Installs what spattn needs to build and test on Debian or Ubuntu (run as root), and the Python
+# packages that build and test spattn's Python package (pip). Packages that are already present
+# are not fetched again, so a prepared machine needs no network (torch from PyPI is large).
 set -euo pipefail
 
 packages=(build-essential cmake pkg-config python3 openmpi-bin libopenmpi-dev libopenblas-openmp-dev
@@ -21,4 +22,17 @@ fi
 if command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]]; then
   python3 -c "import sysconfig, os, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()['purelib'], 'include', 'cudnn_frontend.h')))" ||
     python3 -m pip install --quiet --no-deps nvidia-cudnn-frontend  # only its headers are used
+fi
+
+# The Python package (`pip install .`): scikit-build-core and nanobind build it, torch runs it,
+# pytest (and numpy, which torch warns without) test it. Each is installed only when missing.
+python_modules=(torch nanobind scikit_build_core pytest numpy)
+python_packages=(torch nanobind scikit-build-core pytest numpy)
+missing_python=()
+for i in "${!python_modules[@]}"; do
+  python3 -c "import ${python_modules[$i]}" 2>/dev/null || missing_python+=("${python_packages[$i]}")
+done
+if ((${#missing_python[@]})); then
+  echo "installing with pip: ${missing_python[*]}"
+  python3 -m pip install --quiet --root-user-action=ignore "${missing_python[@]}"
 fi

@@ -1,9 +1,16 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and runs every test: unit tests of the core, kernels and
-# program, and the distributed tests under mpirun at 1, 2, 3, 4 and 8 ranks.
+# program, the distributed tests under mpirun at 1 to 8 ranks, and the Python package's tests
+# (`pip install .`, then pytest under mpiexec at 1, 2 and 3 ranks).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$root/scripts/install-dependencies.sh"
 bash "$root/scripts/build.sh"
 cd "$root/build"
 ctest --output-on-failure --timeout 900
+
+# The Python package: built by scikit-build-core into build-python/ (kept, so a second run only
+# recompiles what changed) and installed into this python3's site-packages.
+cd "$root"
+CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" python3 -m pip install --quiet --root-user-action=ignore --no-build-isolation --no-deps "$root"
+bash "$root/tests/python/run-under-mpi.sh" 1 2 3

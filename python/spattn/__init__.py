@@ -1,0 +1,51 @@
+"""spattn: distributed exact attention (sequence parallelism) for PyTorch.
+
+Drop-in functions with ring-flash-attn's signatures (ring_flash_attn_func, zigzag_ring_flash_attn_func,
+their kvpacked/qkvpacked forms) and the same shape for every other spattn strategy
+(ulysses_attn_func, hamilton_attn_func, allgather_attn_func, usp_attn_func). This version runs
+CPU tensors over MPI: launch with mpiexec and call setup_distributed() first.
+"""
+
+from ._core import SpattnError, algorithms
+from .distributed import device_info, is_available, launch_environment, setup_distributed
+from .functional import (
+    DistributedAttentionFunction,
+    allgather_attn_func,
+    hamilton_attn_func,
+    ring_flash_attn_func,
+    ring_flash_attn_kvpacked_func,
+    ring_flash_attn_qkvpacked_func,
+    ulysses_attn_func,
+    usp_attn_func,
+    zigzag_ring_flash_attn_func,
+    zigzag_ring_flash_attn_kvpacked_func,
+    zigzag_ring_flash_attn_qkvpacked_func,
+)
+from .layout import SequenceLayout, sequence_layout
+from .plans import cached_plan_count, clear_plan_cache
+
+__version__ = _core.build_info()["version"]
+
+__all__ = [
+    "SpattnError",
+    "algorithms",
+    "device_info",
+    "is_available",
+    "launch_environment",
+    "setup_distributed",
+    "DistributedAttentionFunction",
+    "allgather_attn_func",
+    "hamilton_attn_func",
+    "ring_flash_attn_func",
+    "ring_flash_attn_kvpacked_func",
+    "ring_flash_attn_qkvpacked_func",
+    "ulysses_attn_func",
+    "usp_attn_func",
+    "zigzag_ring_flash_attn_func",
+    "zigzag_ring_flash_attn_kvpacked_func",
+    "zigzag_ring_flash_attn_qkvpacked_func",
+    "SequenceLayout",
+    "sequence_layout",
+    "cached_plan_count",
+    "clear_plan_cache",
+]

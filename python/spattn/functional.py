@@ -1,0 +1,172 @@
+"""Distributed attention as torch.autograd functions with ring-flash-attn's signatures.
+
+Every function takes this rank's shard in flash-attn's layout, q: (B, S_local, H, D) and k, v:
+(B, S_local, HK, D) with H % HK == 0, in the token layout of its strategy (spattn.sequence_layout
+says which tokens each rank holds), and returns out: (B, S_local, H, D), or (out, lse, None) with
+lse: (B, H, S_local) fp32 when return_attn_probs is set. Gradients flow to q, k and v.
+
+This version runs CPU tensors over spattn's MPI communicator of all ranks (launch with mpiexec).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Tuple, Union
+
+import torch
+
+from .plans import dtype_name, get_plan
+
+AttentionResult = Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor, None]]
+
+
+class DistributedAttentionFunction(torch.autograd.Function):
+    """out, lse = attention(q, k, v) through a spattn plan; backward gives dq, dk, dv."""
+
+    @staticmethod
+    def forward(ctx, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan) -> Tuple[torch.Tensor, torch.Tensor]:
+        # DLPack exports no tensor that requires grad; detach() shares the memory.
+        q, k, v = (x.detach().contiguous() for x in (q, k, v))
+        batch, local_seq, heads, _ = q.shape
+        out = torch.empty_like(q, memory_format=torch.contiguous_format)  # (B, S_local, H, D)
+        lse = torch.empty((batch, heads, local_seq), dtype=torch.float32)  # (B, H, S_local)
+        plan.forward(q, k, v, out, lse)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.plan = plan
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout: torch.Tensor, _dlse: Optional[torch.Tensor]):
+        q, k, v, out, lse = ctx.saved_tensors
+        dq, dk, dv = (torch.empty_like(x, memory_format=torch.contiguous_format) for x in (q, k, v))
+        ctx.plan.backward(q, k, v, out, lse, dout.detach().to(q.dtype).contiguous(), dq, dk, dv)
+        return dq, dk, dv, None
+
+
+def _check_arguments(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float,
+                     window_size: Tuple[int, int], alibi_slopes: Optional[torch.Tensor]) -> None:
+    if dropout_p != 0.0:
+        raise ValueError(f"dropout_p={dropout_p} is not supported: spattn computes exact attention without "
+                         "dropout; allowed: 0.0")
+    if alibi_slopes is not None:
+        raise ValueError("alibi_slopes is not supported: spattn has no ALiBi bias; allowed: None")
+    if len(window_size) != 2:
+        raise ValueError(f"window_size={window_size!r}; expected (left, right), -1 meaning unbounded")
+    for name, tensor in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(f"{name} is a {type(tensor).__name__}; expected a torch.Tensor")
+        if tensor.device.type != "cpu":
+            raise NotImplementedError(
+                f"{name} is on {tensor.device}: the CUDA path of spattn's Python package is not in this build "
+                "yet; this version runs CPU tensors over MPI")
+        if tensor.dim() != 4:
+            raise ValueError(f"{name} has shape {tuple(tensor.shape)}; expected 4 dimensions "
+                             f"({'B, S_local, H, D' if name == 'q' else 'B, S_local, HK, D'})")
+
+
+def _attention(algorithm: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float,
+               softmax_scale: Optional[float], causal: bool, window_size: Tuple[int, int],
+               alibi_slopes: Optional[torch.Tensor], return_attn_probs: bool, group: Any) -> AttentionResult:
+    _check_arguments(q, k, v, dropout_p, window_size, alibi_slopes)
+    batch, local_seq, heads, head_dim = q.shape
+    plan = get_plan(algorithm, batch=batch, local_seq=local_seq, heads=heads, kv_heads=k.shape[2],
+                    head_dim=head_dim, dtype=dtype_name("q", q.dtype), causal=causal,
+                    window_size=(int(window_size[0]), int(window_size[1])), softmax_scale=softmax_scale,
+                    group=group)
+    out, lse = DistributedAttentionFunction.apply(q, k, v, plan)
+    return (out, lse, None) if return_attn_probs else out
+
+
+def _split_packed(name: str, packed: torch.Tensor, parts: int) -> Tuple[torch.Tensor, ...]:
+    # (B, S_local, parts, heads, D) -> parts tensors of (B, S_local, heads, D)
+    if packed.dim() != 5 or packed.shape[2] != parts:
+        raise ValueError(f"{name} has shape {tuple(packed.shape)}; expected (B, S_local, {parts}, heads, D)")
+    return packed.unbind(dim=2)
+
+
+# deterministic is accepted for ring-flash-attn's signature; spattn's results do not depend on
+# timing (fixed merge order), so there is nothing to switch.
+
+
+def ring_flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                         alibi_slopes=None, deterministic=False, return_attn_probs=False,
+                         group=None) -> AttentionResult:
+    """Ring attention; rank r holds the r-th of N equal stretches of the sequence."""
+    return _attention("ring", q, k, v, dropout_p, softmax_scale, causal, window_size, alibi_slopes,
+                      return_attn_probs, group)
+
+
+def ring_flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                                  alibi_slopes=None, deterministic=False, return_attn_probs=False,
+                                  group=None) -> AttentionResult:
+    """ring_flash_attn_func with kv: (B, S_local, 2, HK, D)."""
+    k, v = _split_packed("kv", kv, 2)
+    return ring_flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, alibi_slopes,
+                                deterministic, return_attn_probs, group)
+
+
+def ring_flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                                   alibi_slopes=None, deterministic=False, return_attn_probs=False,
+                                   group=None) -> AttentionResult:
+    """ring_flash_attn_func with qkv: (B, S_local, 3, H, D)."""
+    q, k, v = _split_packed("qkv", qkv, 3)
+    return ring_flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, alibi_slopes,
+                                deterministic, return_attn_probs, group)
+
+
+def zigzag_ring_flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                                alibi_slopes=None, deterministic=False, return_attn_probs=False,
+                                group=None) -> AttentionResult:
+    """Zigzag ring attention; the sequence is cut into 2N chunks and rank r holds chunks r and 2N-1-r."""
+    return _attention("zigzag", q, k, v, dropout_p, softmax_scale, causal, window_size, alibi_slopes,
+                      return_attn_probs, group)
+
+
+def zigzag_ring_flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False,
+                                         window_size=(-1, -1), alibi_slopes=None, deterministic=False,
+                                         return_attn_probs=False, group=None) -> AttentionResult:
+    """zigzag_ring_flash_attn_func with kv: (B, S_local, 2, HK, D)."""
+    k, v = _split_packed("kv", kv, 2)
+    return zigzag_ring_flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, alibi_slopes,
+                                       deterministic, return_attn_probs, group)
+
+
+def zigzag_ring_flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False,
+                                          window_size=(-1, -1), alibi_slopes=None, deterministic=False,
+                                          return_attn_probs=False, group=None) -> AttentionResult:
+    """zigzag_ring_flash_attn_func with qkv: (B, S_local, 3, H, D)."""
+    q, k, v = _split_packed("qkv", qkv, 3)
+    return zigzag_ring_flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, alibi_slopes,
+                                       deterministic, return_attn_probs, group)
+
+
+def ulysses_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                      alibi_slopes=None, deterministic=False, return_attn_probs=False,
+                      group=None) -> AttentionResult:
+    """Ulysses: all-to-all from sequence shards to head shards and back (H % N == 0); contiguous layout."""
+    return _attention("ulysses", q, k, v, dropout_p, softmax_scale, causal, window_size, alibi_slopes,
+                      return_attn_probs, group)
+
+
+def hamilton_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                       alibi_slopes=None, deterministic=False, return_attn_probs=False,
+                       group=None) -> AttentionResult:
+    """Hamiltonian-cycle attention (TASP); zigzag layout when causal, else contiguous. N is not 4 or 6."""
+    return _attention("hamilton", q, k, v, dropout_p, softmax_scale, causal, window_size, alibi_slopes,
+                      return_attn_probs, group)
+
+
+def allgather_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                        alibi_slopes=None, deterministic=False, return_attn_probs=False,
+                        group=None) -> AttentionResult:
+    """All-gather attention (Llama 3 style) over the zigzag layout."""
+    return _attention("allgather", q, k, v, dropout_p, softmax_scale, causal, window_size, alibi_slopes,
+                      return_attn_probs, group)
+
+
+def usp_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                  alibi_slopes=None, deterministic=False, return_attn_probs=False,
+                  group=None) -> AttentionResult:
+    """USP: Ulysses inside groups of the largest degree dividing N, H and HK, zigzag ring across groups."""
+    return _attention("usp", q, k, v, dropout_p, softmax_scale, causal, window_size, alibi_slopes,
+                      return_attn_probs, group)

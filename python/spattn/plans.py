@@ -1,0 +1,57 @@
+"""One cached spattn plan per (algorithm, global shape, dtype, mask, scale): a plan validates and
+agrees across ranks once and keeps its workspace for the calls after it.
+
+Plan creation is collective, so every rank must ask for the same plans in the same order, as
+ranks that run the same model do.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Optional, Tuple
+
+import torch
+
+from . import _core
+from .communicator import checked_world, on_release
+
+_DTYPE_NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+
+_plans: Dict[Tuple[Any, ...], _core.Plan] = {}
+
+
+def dtype_name(name: str, dtype: torch.dtype) -> str:
+    """spattn's name of a torch dtype; TypeError naming the allowed ones otherwise."""
+    try:
+        return _DTYPE_NAMES[dtype]
+    except KeyError:
+        raise TypeError(f"{name} is {dtype}; allowed: torch.float32, torch.float16, torch.bfloat16") from None
+
+
+def get_plan(algorithm: str, *, batch: int, local_seq: int, heads: int, kv_heads: int, head_dim: int,
+             dtype: str, causal: bool = False, window_size: Tuple[int, int] = (-1, -1),
+             softmax_scale: Optional[float] = None, group: Any = None) -> _core.Plan:
+    """The cached plan of these arguments over the world of `group` (None or WORLD), made on the
+    first call (collective). `local_seq` is this rank's length; the global length is N times it."""
+    world = checked_world(group)
+    window_left, window_right = window_size
+    key = (algorithm, batch, local_seq * world.size, heads, kv_heads, head_dim, dtype, bool(causal),
+           int(window_left), int(window_right), None if softmax_scale is None else float(softmax_scale))
+    plan = _plans.get(key)
+    if plan is None:
+        plan = _core.Plan(world, algorithm, batch, key[2], heads, kv_heads, head_dim, dtype, causal=key[7],
+                          window_left=key[8], window_right=key[9], softmax_scale=key[10])
+        _plans[key] = plan
+    return plan
+
+
+def cached_plan_count() -> int:
+    """How many plans this process holds."""
+    return len(_plans)
+
+
+def clear_plan_cache() -> None:
+    """Releases every cached plan and its workspace (the next call makes a new one, collectively)."""
+    _plans.clear()
+
+
+on_release(clear_plan_cache)

@@ -1,0 +1,229 @@
+// spattn._core: the C++ core for Python. Tensors cross as DLPack views (no copies), spattn::Error
+// becomes spattn.SpattnError with the same message, and every call that computes or
+// communicates releases the GIL.
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <algorithm>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "spattn/build_info.hpp"
+#include "spattn/distributed_attention.hpp"
+#include "spattn/error.hpp"
+#include "spattn/local_attention.hpp"
+#include "spattn/mpi_communicator.hpp"
+#include "tensor_from_dlpack.hpp"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace spattn::python {
+
+namespace {
+
+using Array = nb::ndarray<>;
+
+AttentionOptions attention_options(bool causal, int64_t window_left, int64_t window_right,
+                                   std::optional<float> softmax_scale) {
+  AttentionOptions options;
+  options.causal = causal;
+  options.window_left = window_left;
+  options.window_right = window_right;
+  options.softmax_scale = softmax_scale;
+  return options;
+}
+
+// Every rank's `data` (bytes of any length), in rank order: the channel setup_distributed uses
+// to tell the other ranks where torch.distributed's store listens.
+std::vector<nb::bytes> all_gather_bytes(MpiCommunicator& communicator, const nb::bytes& data) {
+  const int ranks = communicator.size();
+  std::vector<char> mine(static_cast<const char*>(data.data()), static_cast<const char*>(data.data()) + data.size());
+  std::vector<int64_t> lengths(static_cast<std::size_t>(ranks));
+  std::vector<char> gathered;
+  int64_t longest = 0;
+  {
+    nb::gil_scoped_release release;
+    const int64_t length = static_cast<int64_t>(mine.size());
+    communicator.host_all_gather(&length, lengths.data(), sizeof length);
+    longest = std::max<int64_t>(1, *std::max_element(lengths.begin(), lengths.end()));
+    mine.resize(static_cast<std::size_t>(longest));
+    gathered.resize(static_cast<std::size_t>(longest) * static_cast<std::size_t>(ranks));
+    communicator.host_all_gather(mine.data(), gathered.data(), static_cast<std::size_t>(longest));
+  }
+  std::vector<nb::bytes> result;
+  for (int rank = 0; rank < ranks; ++rank)
+    result.emplace_back(gathered.data() + rank * longest, static_cast<std::size_t>(lengths[static_cast<std::size_t>(rank)]));
+  return result;
+}
+
+// A DistributedAttention over a communicator the Python object keeps alive (keep_alive below).
+class Plan {
+ public:
+  Plan(MpiCommunicator& communicator, const std::string& algorithm, int64_t batch, int64_t seq, int64_t heads,
+       int64_t kv_heads, int64_t head_dim, const std::string& dtype, bool causal, int64_t window_left,
+       int64_t window_right, std::optional<float> softmax_scale, int nodes, int inner, const std::string& across)
+      : attention_(make(communicator, algorithm, batch, seq, heads, kv_heads, head_dim, dtype, causal, window_left,
+                        window_right, softmax_scale, nodes, inner, across)) {}
+
+  std::string algorithm() const { return algorithm_name(attention_->algorithm()); }
+  const SequenceLayout& layout() const { return attention_->layout(); }
+
+  // (position, length, local_offset) of each chunk `rank` holds, in shard order.
+  std::vector<std::tuple<int64_t, int64_t, int64_t>> chunks(int rank) const {
+    SPATTN_CHECK(rank >= 0 && rank < layout().ranks(), "rank " << rank << "; ranks are 0.." << layout().ranks() - 1);
+    std::vector<std::tuple<int64_t, int64_t, int64_t>> result;
+    for (const SequenceChunk& chunk : layout().chunks(rank))
+      result.emplace_back(chunk.position, chunk.length, chunk.local_offset);
+    return result;
+  }
+
+  void forward(const Array& q, const Array& k, const Array& v, const Array& out, const Array& lse) {
+    const TensorView views[] = {tensor_from_dlpack("q", q), tensor_from_dlpack("k", k), tensor_from_dlpack("v", v),
+                                tensor_from_dlpack("out", out), tensor_from_dlpack("lse", lse)};
+    nb::gil_scoped_release release;
+    attention_->forward(views[0], views[1], views[2], views[3], views[4]);
+  }
+
+  void backward(const Array& q, const Array& k, const Array& v, const Array& out, const Array& lse, const Array& dout,
+                const Array& dq, const Array& dk, const Array& dv) {
+    const TensorView views[] = {tensor_from_dlpack("q", q),       tensor_from_dlpack("k", k),
+                                tensor_from_dlpack("v", v),       tensor_from_dlpack("out", out),
+                                tensor_from_dlpack("lse", lse),   tensor_from_dlpack("dout", dout),
+                                tensor_from_dlpack("dq", dq),     tensor_from_dlpack("dk", dk),
+                                tensor_from_dlpack("dv", dv)};
+    nb::gil_scoped_release release;
+    attention_->backward(views[0], views[1], views[2], views[3], views[4], views[5], views[6], views[7], views[8]);
+  }
+
+ private:
+  static std::unique_ptr<DistributedAttention> make(MpiCommunicator& communicator, const std::string& algorithm,
+                                                    int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
+                                                    int64_t head_dim, const std::string& dtype, bool causal,
+                                                    int64_t window_left, int64_t window_right,
+                                                    std::optional<float> softmax_scale, int nodes, int inner,
+                                                    const std::string& across) {
+    const AttentionShape shape{batch, seq, heads, kv_heads, head_dim, parse_dtype(dtype)};
+    const AttentionOptions options = attention_options(causal, window_left, window_right, softmax_scale);
+    StrategyOptions strategy_options;
+    strategy_options.nodes = nodes;
+    strategy_options.inner = inner;
+    strategy_options.across = parse_algorithm(across);
+    const Algorithm parsed = parse_algorithm(algorithm);
+    // Collective: the ranks agree on the call before it returns.
+    nb::gil_scoped_release release;
+    return std::make_unique<DistributedAttention>(communicator, parsed, shape, options, strategy_options);
+  }
+
+  std::unique_ptr<DistributedAttention> attention_;
+};
+
+nb::dict build_info_dict() {
+  const BuildInfo info = build_info();
+  nb::dict result;
+  result["version"] = info.version;
+  result["kernel_backends"] = info.kernel_backends;
+  result["communicators"] = info.communicators;
+  result["mpi_library"] = info.mpi_library;
+  result["blas"] = info.blas;
+  result["devices"] = info.devices;
+  result["cpu_threads"] = info.cpu_threads;
+  result["cpu_cores"] = info.cpu_cores;
+  return result;
+}
+
+}  // namespace
+
+}  // namespace spattn::python
+
+NB_MODULE(_core, m) {
+  using namespace spattn;
+  using namespace spattn::python;
+  m.doc() = "spattn's C++ core: distributed exact attention plans over MPI, CPU tensors through DLPack";
+
+  nb::exception<Error>(m, "SpattnError", PyExc_RuntimeError);
+  // Autograd graphs and user code keep plans alive in module globals, which Python may still hold
+  // when nanobind checks for leaks at shutdown: those are not leaks of the binding.
+  nb::set_leak_warnings(false);
+
+  m.def(
+      "algorithms",
+      [] {
+        std::vector<std::string> names;
+        for (Algorithm algorithm : all_algorithms()) names.push_back(algorithm_name(algorithm));
+        return names;
+      },
+      "Every algorithm name a Plan takes, in the order help texts list them.");
+  m.def("build_info", &build_info_dict, "What this build contains: version, kernel backends, communicators, ...");
+  m.def("set_cpu_threads", &set_cpu_threads, "threads"_a, "Threads the CPU kernels use in this process.");
+  m.def("cpu_threads", &cpu_threads, "Threads the CPU kernels use in this process.");
+
+  nb::class_<MpiCommunicator>(m, "MpiCommunicator",
+                              "spattn's communicator over MPI_COMM_WORLD (initializes MPI when nobody has).")
+      .def(
+          "__init__", [](MpiCommunicator* self) { new (self) MpiCommunicator(); },
+          nb::call_guard<nb::gil_scoped_release>())
+      .def_prop_ro("rank", &MpiCommunicator::rank)
+      .def_prop_ro("size", &MpiCommunicator::size)
+      .def("barrier", &MpiCommunicator::barrier, nb::call_guard<nb::gil_scoped_release>())
+      .def("all_gather_bytes", &all_gather_bytes, "data"_a,
+           "Every rank's bytes, in rank order (collective; any lengths).");
+
+  nb::class_<Plan>(m, "Plan",
+                   "A DistributedAttention plan for one global shape, dtype, mask and algorithm (collective).")
+      .def(nb::init<MpiCommunicator&, const std::string&, int64_t, int64_t, int64_t, int64_t, int64_t,
+                    const std::string&, bool, int64_t, int64_t, std::optional<float>, int, int, const std::string&>(),
+           "communicator"_a, "algorithm"_a, "batch"_a, "seq"_a, "heads"_a, "kv_heads"_a, "head_dim"_a, "dtype"_a,
+           "causal"_a = false, "window_left"_a = -1, "window_right"_a = -1, "softmax_scale"_a = nb::none(),
+           "nodes"_a = 1, "inner"_a = 0, "across"_a = "zigzag", nb::keep_alive<1, 2>())
+      .def_prop_ro("algorithm", &Plan::algorithm)
+      .def_prop_ro("layout_name", [](const Plan& plan) { return plan.layout().name(); })
+      .def_prop_ro("global_length", [](const Plan& plan) { return plan.layout().global_length(); })
+      .def_prop_ro("local_length", [](const Plan& plan) { return plan.layout().local_length(); })
+      .def_prop_ro("ranks", [](const Plan& plan) { return plan.layout().ranks(); })
+      .def("chunks", &Plan::chunks, "rank"_a, "(position, length, local_offset) of each chunk the rank holds.")
+      .def("forward", &Plan::forward, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a,
+           "out, lse = attention(q, k, v) on this rank's shard; out and lse are written in place.")
+      .def("backward", &Plan::backward, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a, "dout"_a, "dq"_a, "dk"_a, "dv"_a,
+           "dq, dk, dv of forward, written in place.");
+
+  m.def(
+      "local_forward",
+      [](const Array& q, const Array& k, const Array& v, const Array& out, const Array& lse, bool causal,
+         int64_t window_left, int64_t window_right, std::optional<float> softmax_scale) {
+        const TensorView views[] = {tensor_from_dlpack("q", q), tensor_from_dlpack("k", k), tensor_from_dlpack("v", v),
+                                    tensor_from_dlpack("out", out), tensor_from_dlpack("lse", lse)};
+        const AttentionOptions options = attention_options(causal, window_left, window_right, softmax_scale);
+        nb::gil_scoped_release release;
+        local_attention_forward(views[0], views[1], views[2], views[3], views[4], options);
+      },
+      "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a, "causal"_a = false, "window_left"_a = -1, "window_right"_a = -1,
+      "softmax_scale"_a = nb::none(),
+      "Attention of a whole sequence in this process with spattn's kernels (the single-rank baseline).");
+  m.def(
+      "local_backward",
+      [](const Array& q, const Array& k, const Array& v, const Array& out, const Array& lse, const Array& dout,
+         const Array& dq, const Array& dk, const Array& dv, bool causal, int64_t window_left, int64_t window_right,
+         std::optional<float> softmax_scale) {
+        const TensorView views[] = {tensor_from_dlpack("q", q),       tensor_from_dlpack("k", k),
+                                    tensor_from_dlpack("v", v),       tensor_from_dlpack("out", out),
+                                    tensor_from_dlpack("lse", lse),   tensor_from_dlpack("dout", dout),
+                                    tensor_from_dlpack("dq", dq),     tensor_from_dlpack("dk", dk),
+                                    tensor_from_dlpack("dv", dv)};
+        const AttentionOptions options = attention_options(causal, window_left, window_right, softmax_scale);
+        nb::gil_scoped_release release;
+        local_attention_backward(views[0], views[1], views[2], views[3], views[4], views[5], views[6], views[7],
+                                 views[8], options);
+      },
+      "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a, "dout"_a, "dq"_a, "dk"_a, "dv"_a, "causal"_a = false,
+      "window_left"_a = -1, "window_right"_a = -1, "softmax_scale"_a = nb::none(),
+      "dq, dk, dv of local_forward, written in place.");
+}

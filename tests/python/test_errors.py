@@ -1,0 +1,81 @@
+"""Arguments spattn does not take raise clear errors on every rank, and a good call still works
+after them (no rank is left waiting)."""
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import spattn
+
+
+def shard(heads=4, kv_heads=2, local_seq=8, head_dim=8, dtype=torch.float32):
+    q = torch.randn(1, local_seq, heads, head_dim, dtype=dtype)
+    k = torch.randn(1, local_seq, kv_heads, head_dim, dtype=dtype)
+    return q, k, torch.randn_like(k)
+
+
+def test_dropout_is_rejected():
+    with pytest.raises(ValueError, match=r"dropout_p=0.1 is not supported.*allowed: 0.0"):
+        spattn.ring_flash_attn_func(*shard(), dropout_p=0.1)
+
+
+def test_alibi_slopes_are_rejected():
+    with pytest.raises(ValueError, match=r"alibi_slopes is not supported.*allowed: None"):
+        spattn.zigzag_ring_flash_attn_func(*shard(), alibi_slopes=torch.ones(4))
+
+
+def test_tensors_of_other_ranks_are_rejected():
+    q, k, v = shard()
+    with pytest.raises(ValueError, match=r"q has shape \(8, 4, 8\); expected 4 dimensions"):
+        spattn.ulysses_attn_func(q[0], k, v)
+
+
+def test_heads_not_divisible_by_kv_heads_is_rejected():
+    with pytest.raises(spattn.SpattnError, match=r"heads \(3\) must be divisible by kv_heads \(2\)"):
+        spattn.ring_flash_attn_func(*shard(heads=3, kv_heads=2))
+
+
+def test_mismatched_key_shape_is_rejected():
+    q, k, v = shard()
+    with pytest.raises(spattn.SpattnError, match=r"v has shape .*; expected"):
+        spattn.ring_flash_attn_func(q, k, v[..., :4].contiguous())
+
+
+def test_length_that_does_not_split_into_zigzag_chunks_is_rejected():
+    # 3 tokens per rank: 3N tokens never cut into 2N equal chunks.
+    with pytest.raises(spattn.SpattnError, match="zigzag"):
+        spattn.zigzag_ring_flash_attn_func(*shard(local_seq=3))
+
+
+def test_unsupported_dtype_is_rejected():
+    with pytest.raises(TypeError, match=r"q is torch.float64; allowed: torch.float32, torch.float16, torch.bfloat16"):
+        spattn.ring_flash_attn_func(*shard(dtype=torch.float64))
+
+
+def test_packed_tensor_of_wrong_shape_is_rejected():
+    with pytest.raises(ValueError, match=r"qkv has shape .*; expected \(B, S_local, 3, heads, D\)"):
+        spattn.ring_flash_attn_qkvpacked_func(torch.randn(1, 8, 2, 4, 8))
+
+
+def test_other_groups_are_rejected():
+    with pytest.raises(ValueError, match="pass group=None or torch.distributed.group.WORLD"):
+        spattn.ring_flash_attn_func(*shard(), group=object())
+
+
+def test_non_cpu_tensors_are_rejected():
+    q, k, v = (x.to("meta") for x in shard())
+    with pytest.raises(NotImplementedError, match="CUDA path of spattn's Python package is not in this build yet"):
+        spattn.ring_flash_attn_func(q, k, v)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_cuda_tensors_are_rejected():
+    q, k, v = (x.cuda() for x in shard())
+    with pytest.raises(NotImplementedError, match="CUDA path"):
+        spattn.ring_flash_attn_func(q, k, v)
+
+
+def test_good_call_after_errors():
+    out = spattn.ring_flash_attn_func(*shard(), causal=True)
+    assert out.shape == (1, 8, 4, 8) and torch.isfinite(out).all()
+    dist.barrier()
