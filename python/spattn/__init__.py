@@ -2,7 +2,8 @@
 
 Drop-in functions with ring-flash-attn's signatures (ring_flash_attn_func, zigzag_ring_flash_attn_func,
 their kvpacked/qkvpacked forms) and the same shape for every other spattn strategy
-(ulysses_attn_func, hamilton_attn_func, allgather_attn_func, usp_attn_func). This version runs
+(ulysses_attn_func, hamilton_attn_func, allgather_attn_func, usp_attn_func), the UlyssesAttention
+module, and auto_select (the strategy the cost model expects to be fastest). This version runs
 CPU tensors over MPI: launch with mpiexec and call setup_distributed() first.
 """
 
@@ -11,6 +12,7 @@ from .distributed import device_info, is_available, launch_environment, setup_di
 from .functional import (
     DistributedAttentionFunction,
     allgather_attn_func,
+    attention_function,
     hamilton_attn_func,
     ring_flash_attn_func,
     ring_flash_attn_kvpacked_func,
@@ -22,7 +24,9 @@ from .functional import (
     zigzag_ring_flash_attn_qkvpacked_func,
 )
 from .layout import SequenceLayout, sequence_layout
+from .modules import UlyssesAttention
 from .plans import cached_plan_count, clear_plan_cache
+from .selection import StrategyEstimate, auto_select, estimate_strategies
 
 __version__ = _core.build_info()["version"]
 
@@ -35,6 +39,7 @@ __all__ = [
     "setup_distributed",
     "DistributedAttentionFunction",
     "allgather_attn_func",
+    "attention_function",
     "hamilton_attn_func",
     "ring_flash_attn_func",
     "ring_flash_attn_kvpacked_func",
@@ -48,4 +53,8 @@ __all__ = [
     "sequence_layout",
     "cached_plan_count",
     "clear_plan_cache",
+    "UlyssesAttention",
+    "StrategyEstimate",
+    "auto_select",
+    "estimate_strategies",
 ]

@@ -15,6 +15,20 @@ def algorithms() -> List[str]: ...
 def build_info() -> Dict[str, Any]: ...
 def set_cpu_threads(threads: int) -> None: ...
 def cpu_threads() -> int: ...
+def cluster_presets() -> List[str]: ...
+def estimate_strategies(
+    cluster: str,
+    ranks: int,
+    batch: int,
+    seq: int,
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+    dtype: str,
+    causal: bool,
+) -> List[Tuple[str, str, float, float, str]]:
+    """(algorithm, configuration, forward s, forward+backward s, why not) per algorithm, the
+    applicable ones first, fastest first."""
 
 class MpiCommunicator:
     """spattn's communicator over MPI_COMM_WORLD (initializes MPI when nobody has)."""

@@ -170,3 +170,24 @@ def usp_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wind
     """USP: Ulysses inside groups of the largest degree dividing N, H and HK, zigzag ring across groups."""
     return _attention("usp", q, k, v, dropout_p, softmax_scale, causal, window_size, alibi_slopes,
                       return_attn_probs, group)
+
+
+# The function of each algorithm that takes separate q, k, v (hamilton2 needs nodes of several
+# ranks and has no wrapper in this package).
+ATTENTION_FUNCTIONS = {
+    "ring": ring_flash_attn_func,
+    "zigzag": zigzag_ring_flash_attn_func,
+    "ulysses": ulysses_attn_func,
+    "hamilton": hamilton_attn_func,
+    "allgather": allgather_attn_func,
+    "usp": usp_attn_func,
+}
+
+
+def attention_function(algorithm: str):
+    """The function of `algorithm` (e.g. the name auto_select returns), with ring-flash-attn's signature."""
+    try:
+        return ATTENTION_FUNCTIONS[algorithm]
+    except KeyError:
+        raise ValueError(f"algorithm {algorithm!r} has no function here; allowed: "
+                         f"{', '.join(ATTENTION_FUNCTIONS)}") from None

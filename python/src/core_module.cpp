@@ -21,6 +21,7 @@
 #include "spattn/error.hpp"
 #include "spattn/local_attention.hpp"
 #include "spattn/mpi_communicator.hpp"
+#include "schedule/cost_model.hpp"
 #include "tensor_from_dlpack.hpp"
 
 namespace nb = nanobind;
@@ -126,6 +127,31 @@ class Plan {
   std::unique_ptr<DistributedAttention> attention_;
 };
 
+// The cost model's estimate of every algorithm for one shape on a preset cluster, best first
+// among those that apply: (algorithm, configuration, forward seconds, forward+backward seconds,
+// why not ("" when it applies)).
+std::vector<std::tuple<std::string, std::string, double, double, std::string>> estimate_strategies(
+    const std::string& cluster_name, int ranks, int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
+    int64_t head_dim, const std::string& dtype, bool causal) {
+  SPATTN_CHECK(ranks >= 2, "the cost model compares strategies on 2 or more ranks; got " << ranks);
+  Cluster cluster = cluster_preset(cluster_name);
+  // Ranks beyond one node of the preset fill more nodes of the same kind.
+  cluster.nodes = std::max(cluster.nodes, (ranks + cluster.ranks_per_node - 1) / cluster.ranks_per_node);
+  const AttentionShape shape{batch, seq, heads, kv_heads, head_dim, parse_dtype(dtype)};
+  StrategyOptions options;
+  options.nodes = cluster.nodes;
+  std::vector<StrategyCost> costs = compare_strategies(cluster, shape, ranks, causal, options);
+  std::stable_sort(costs.begin(), costs.end(), [](const StrategyCost& a, const StrategyCost& b) {
+    if (a.applies() != b.applies()) return a.applies();
+    return a.forward_backward_seconds < b.forward_backward_seconds;
+  });
+  std::vector<std::tuple<std::string, std::string, double, double, std::string>> result;
+  for (const StrategyCost& cost : costs)
+    result.emplace_back(algorithm_name(cost.algorithm), cost.configuration, cost.forward_seconds,
+                        cost.forward_backward_seconds, cost.not_applicable);
+  return result;
+}
+
 nb::dict build_info_dict() {
   const BuildInfo info = build_info();
   nb::dict result;
@@ -165,6 +191,12 @@ NB_MODULE(_core, m) {
   m.def("build_info", &build_info_dict, "What this build contains: version, kernel backends, communicators, ...");
   m.def("set_cpu_threads", &set_cpu_threads, "threads"_a, "Threads the CPU kernels use in this process.");
   m.def("cpu_threads", &cpu_threads, "Threads the CPU kernels use in this process.");
+
+  m.def("cluster_presets", &cluster_preset_names, "The cluster presets estimate_strategies takes.");
+  m.def("estimate_strategies", &estimate_strategies, "cluster"_a, "ranks"_a, "batch"_a, "seq"_a, "heads"_a,
+        "kv_heads"_a, "head_dim"_a, "dtype"_a, "causal"_a,
+        "The cost model's (algorithm, configuration, forward s, forward+backward s, why not) for every "
+        "algorithm, the applicable ones first, fastest first.");
 
   nb::class_<MpiCommunicator>(m, "MpiCommunicator",
                               "spattn's communicator over MPI_COMM_WORLD (initializes MPI when nobody has).")

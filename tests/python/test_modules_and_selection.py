@@ -1,0 +1,75 @@
+"""UlyssesAttention (the original work's module) and auto_select (the cost model's choice): the
+module matches the fp64 reference like the functions do, its unsupported arguments fail clearly,
+and the strategy auto_select picks runs and matches the reference at this rank count."""
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import spattn
+from attention_checks import Problem, accuracy_failures, distributed, fresh_seed, full_inputs, reference, single_rank
+
+SEQ = 24  # splits for every strategy at 1, 2 and 3 ranks
+
+
+def check_accuracy(func, algorithm: str, problem: Problem) -> None:
+    seed = fresh_seed()
+    inputs = full_inputs(problem, seed)
+    layout = spattn.sequence_layout(algorithm, problem.seq, problem.heads, problem.kv_heads, causal=problem.causal)
+    failures = accuracy_failures(distributed(func, "separate", layout, problem, inputs), single_rank(problem, inputs),
+                                 reference(problem, inputs))
+    assert not failures, f"{algorithm} {problem} at {dist.get_world_size()} ranks, seed {seed}: {failures}"
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_ulysses_module_matches_reference(causal):
+    heads = 2 * dist.get_world_size()  # Ulysses splits the query heads over the ranks
+    module = spattn.UlyssesAttention(dist.group.WORLD, scatter_idx=2, gather_idx=1, use_sync=True, attn_type="fa")
+    problem = Problem(batch=2, seq=SEQ, heads=heads, kv_heads=2, head_dim=16, dtype=torch.float32, causal=causal)
+    check_accuracy(module, "ulysses", problem)
+
+
+def test_ulysses_module_refuses_other_layouts_and_softcap():
+    with pytest.raises(ValueError, match="allowed: scatter_idx=2, gather_idx=1"):
+        spattn.UlyssesAttention(None, scatter_idx=1, gather_idx=2)
+    module = spattn.UlyssesAttention()
+    q = torch.randn(1, 4, 2, 8)
+    with pytest.raises(ValueError, match="softcap=30.0 is not supported"):
+        module(q, q, q, softcap=30.0)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_auto_selected_strategy_runs_and_matches_reference(causal):
+    world_size = dist.get_world_size()
+    problem = Problem(batch=1, seq=SEQ, heads=4, kv_heads=2, head_dim=16, dtype=torch.float32, causal=causal)
+    algorithm = spattn.auto_select(SEQ, 4, 2, 16, causal=causal, dtype=torch.float32)
+    if world_size == 1:
+        assert algorithm == "ring"
+    else:
+        estimates = spattn.estimate_strategies(SEQ, 4, 2, 16, causal=causal, dtype=torch.float32)
+        runnable = [e for e in estimates if not e.not_applicable and e.algorithm != "hamilton2"]
+        assert algorithm == runnable[0].algorithm
+    check_accuracy(spattn.attention_function(algorithm), algorithm, problem)
+
+
+def test_estimates_put_the_runnable_fastest_first():
+    estimates = spattn.estimate_strategies(65536, 32, 8, 128, world_size=8, causal=True)
+    assert sorted(e.algorithm for e in estimates) == sorted(spattn.algorithms())
+    runnable = [e for e in estimates if not e.not_applicable]
+    assert runnable and estimates[:len(runnable)] == runnable
+    times = [e.forward_backward_seconds for e in runnable]
+    assert times == sorted(times) and all(t > 0 for t in times)
+    # 6 ranks have no Hamiltonian decomposition: the estimate says why instead of a time.
+    six = {e.algorithm: e for e in spattn.estimate_strategies(65536, 32, 8, 128, world_size=6, causal=True)}
+    assert "4 or 6" in six["hamilton"].not_applicable or "6" in six["hamilton"].not_applicable
+
+
+def test_auto_select_avoids_strategies_that_cannot_run():
+    # 3 query heads do not split over 2 ranks, so neither Ulysses nor USP may be chosen.
+    assert spattn.auto_select(4096, 3, 3, 64, world_size=2, causal=False) not in ("ulysses", "usp")
+    with pytest.raises(ValueError, match="allowed: nvswitch"):
+        spattn.auto_select(4096, 8, 8, 64, world_size=2, cluster="dragonfly")
+    with pytest.raises(ValueError, match="no strategy runs seq_len 7"):
+        spattn.auto_select(7, 8, 8, 64, world_size=2)
+    with pytest.raises(ValueError, match="allowed: ring, zigzag"):
+        spattn.attention_function("hamilton2")
