@@ -8,6 +8,8 @@
 #                (SPATTN_CTEST_REGEX, when set, runs only the tests it matches)
 #   sweep        `spattn run --device cuda --check --backward` for every strategy, causal and not,
 #                at SPATTN_SWEEP_RANKS ranks (default 1 2 3 8) over the machine's GPUs
+#   python-gpu   SPATTN_CUDA=ON pip install . and pytest tests/python_gpu under torchrun at 1 and
+#                every GPU (python-build.log, python-gpu-N.log)
 #   bench        spattn_gpu_bench on every GPU (bench.csv, bench.log; SPATTN_BENCH_ARGS adds options)
 #   torch-bench  PyTorch's context_parallel on every GPU into the same bench.csv (torch.log;
 #                TORCH_BENCH_ARGS adds options, '|' between the option sets of separate runs);
@@ -171,12 +173,18 @@ built=0
   # configure afresh every run so that no cached path points into an old carry (objects stay).
   rm -f "$build_dir/CMakeCache.txt"
   echo "== cmake ${cmake_arguments[*]}"
-  cmake -S "$root" -B "$build_dir" "${cmake_arguments[@]}" &&
-    echo "== build with $jobs jobs" &&
-    timeout "$(seconds_left)" cmake --build "$build_dir" -j "$jobs"
+  if [[ "$stages" == " python-gpu " ]]; then
+    echo "== only the python-gpu stage: it builds the package itself, not this build"
+  else
+    cmake -S "$root" -B "$build_dir" "${cmake_arguments[@]}" &&
+      echo "== build with $jobs jobs" &&
+      timeout "$(seconds_left)" cmake --build "$build_dir" -j "$jobs"
+  fi
 } >"$logs/build.log" 2>&1
 build_status=$?
-if [[ $build_status -eq 0 && -x "$build_dir/tests/gpu/spattn_gpu_tests" ]]; then
+if [[ "$stages" == " python-gpu " ]]; then
+  record build skipped "only python-gpu was asked for"
+elif [[ $build_status -eq 0 && -x "$build_dir/tests/gpu/spattn_gpu_tests" ]]; then
   built=1
   record build passed "in ${SECONDS}s with $jobs jobs"
 elif [[ $build_status -eq 124 ]]; then
@@ -267,9 +275,39 @@ else
   record sweep skipped "no build"
 fi
 
-# ---- bench ---------------------------------------------------------------------------------------------
 gpus="$(nvidia-smi --list-gpus 2>/dev/null | wc -l)"
 device_name="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | tr -d ',')"
+
+# ---- python-gpu ------------------------------------------------------------------------------------------
+# The Python package built with CUDA (SPATTN_CUDA=ON pip install .) into this python3, then its
+# GPU tests under torchrun at one GPU and at every GPU.
+if wants python-gpu; then
+  # torch brings its own cuDNN and NCCL and loads them first (spattn/__init__.py imports it
+  # first), so the extension is built against those: headers of the version that runs.
+  torch_nvidia="$(python3 -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "..", "nvidia"))' 2>/dev/null)"
+  [[ -f "$torch_nvidia/cudnn/include/cudnn.h" ]] && export CUDNN_ROOT="$torch_nvidia/cudnn"
+  [[ -f "$torch_nvidia/nccl/include/nccl.h" ]] && export NCCL_HOME="$torch_nvidia/nccl"
+  rm -f "$root"/build-python/*/CMakeCache.txt  # found libraries are cached: look again
+  # A carried OpenBLAS (see the build) is found through the environment.
+  [[ -f "$deps_dir/openblas/lib/libopenblas.so.0" ]] && ! ldconfig -p | grep -q 'libopenblas\.so' &&
+    export CMAKE_PREFIX_PATH="$deps_dir/openblas${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
+  if (cd "$root" && SPATTN_CUDA=ON CMAKE_BUILD_PARALLEL_LEVEL="$jobs" timeout "$(seconds_left)" \
+        python3 -m pip install --no-build-isolation --no-deps --root-user-action=ignore .) >"$logs/python-build.log" 2>&1; then
+    status=0
+    summaries=""
+    for nproc in $(printf '%s\n' 1 "$gpus" | sort -un); do
+      timeout "$(seconds_left)" torchrun --standalone --nproc-per-node "$nproc" -m pytest -q -rxs \
+        "$root/tests/python_gpu" >"$logs/python-gpu-$nproc.log" 2>&1 || status=$?
+      summaries+="$nproc GPU: $(grep -E '(passed|failed|error)' "$logs/python-gpu-$nproc.log" | tail -1); "
+    done
+    if [[ $status -eq 0 && "$summaries" == *passed* ]]; then record python-gpu passed "$summaries"
+    else record python-gpu failed "exit $status; $summaries see python-gpu-*.log"; fi
+  else
+    record python-gpu failed "pip install . with SPATTN_CUDA=ON failed: see python-build.log"
+  fi
+fi
+
+# ---- bench ---------------------------------------------------------------------------------------------
 if ! wants bench; then
   :
 elif ((built)); then

@@ -25,9 +25,10 @@ if command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]]; then
 fi
 
 # The Python package (`pip install .`): scikit-build-core and nanobind build it, torch runs it,
-# pytest (and numpy, which torch warns without) test it. Each is installed only when missing.
-python_modules=(torch nanobind scikit_build_core pytest numpy)
-python_packages=(torch nanobind scikit-build-core pytest numpy)
+# pytest (and numpy, which torch warns without) test it, transformers for spattn.huggingface's test.
+# Each is installed only when missing.
+python_modules=(torch nanobind scikit_build_core pytest numpy transformers)
+python_packages=(torch nanobind scikit-build-core pytest numpy transformers)
 missing_python=()
 for i in "${!python_modules[@]}"; do
   python3 -c "import ${python_modules[$i]}" 2>/dev/null || missing_python+=("${python_packages[$i]}")

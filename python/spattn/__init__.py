@@ -7,6 +7,11 @@ module, and auto_select (the strategy the cost model expects to be fastest). Thi
 CPU tensors over MPI: launch with mpiexec and call setup_distributed() first.
 """
 
+# torch first: its CUDA libraries (cudart, cuDNN, NCCL) are then the ones the C++ core binds to
+# when _core loads, so one copy of each is in the process. The other order loads the system's
+# copies beside torch's, and mixed cuDNN sub-libraries crash.
+import torch  # noqa: F401  (imported for the order, see above)
+
 from ._core import SpattnError, algorithms
 from .distributed import device_info, is_available, launch_environment, setup_distributed
 from .functional import (

@@ -1,7 +1,8 @@
 """Type stubs of spattn._core, the nanobind extension over spattn's C++ core.
 
-Tensor arguments are any DLPack-exporting CPU tensors (torch.Tensor, numpy arrays, ...) that are
-contiguous, of 1 to 4 dimensions, in float32, float16 or bfloat16.
+Tensor arguments are any DLPack-exporting CPU or CUDA tensors (torch.Tensor, numpy arrays, ...)
+that are contiguous, of 1 to 4 dimensions, in float32, float16 or bfloat16. make_nccl_unique_id and
+NcclCommunicator exist only in builds with the CUDA path (SPATTN_CUDA=ON pip install .).
 """
 
 from typing import Any, Dict, List, Optional, Tuple
@@ -30,23 +31,37 @@ def estimate_strategies(
     """(algorithm, configuration, forward s, forward+backward s, why not) per algorithm, the
     applicable ones first, fastest first."""
 
-class MpiCommunicator:
-    """spattn's communicator over MPI_COMM_WORLD (initializes MPI when nobody has)."""
+class Communicator:
+    """A group of ranks that spattn's plans transfer over."""
 
-    def __init__(self) -> None: ...
     @property
     def rank(self) -> int: ...
     @property
     def size(self) -> int: ...
+    @property
+    def device(self) -> str: ...
+
+class MpiCommunicator(Communicator):
+    """spattn's communicator over MPI_COMM_WORLD (initializes MPI when nobody has)."""
+
+    def __init__(self) -> None: ...
     def barrier(self) -> None: ...
     def all_gather_bytes(self, data: bytes) -> List[bytes]: ...
+
+def make_nccl_unique_id() -> bytes:
+    """A fresh NCCL unique id: one rank makes it, every rank of the new communicator passes it."""
+
+class NcclCommunicator(Communicator):
+    """spattn's communicator over NCCL, one GPU per rank."""
+
+    def __init__(self, rank: int, size: int, unique_id: bytes, device_index: int) -> None: ...
 
 class Plan:
     """A DistributedAttention plan for one global shape, dtype, mask and algorithm (collective)."""
 
     def __init__(
         self,
-        communicator: MpiCommunicator,
+        communicator: Communicator,
         algorithm: str,
         batch: int,
         seq: int,
@@ -73,6 +88,7 @@ class Plan:
     @property
     def ranks(self) -> int: ...
     def chunks(self, rank: int) -> List[Tuple[int, int, int]]: ...
+    def set_stream(self, stream: int) -> None: ...
     def forward(self, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor) -> None: ...
     def backward(
         self, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, dout: Tensor, dq: Tensor, dk: Tensor, dv: Tensor

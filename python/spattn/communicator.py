@@ -1,22 +1,28 @@
-"""The MPI communicator that CPU tensors run over, and the check that a torch.distributed group
-names the same ranks.
+"""The communicators that plans run over: CPU tensors over MPI, CUDA tensors over NCCL.
 
-Every plan of this process shares one spattn MpiCommunicator over MPI_COMM_WORLD (created, and
-MPI initialized, at first use). torch.distributed is optional: where it is initialized, its world
-must be MPI's world, rank for rank, as it is when launched with mpiexec and set up by
+CPU: every plan of this process shares one spattn MpiCommunicator over MPI_COMM_WORLD (created,
+and MPI initialized, at first use). torch.distributed is optional: where it is initialized, its
+world must be MPI's world, rank for rank, as it is when launched with mpiexec and set up by
 spattn.setup_distributed().
+
+CUDA: one spattn NcclCommunicator per (torch.distributed group, GPU), made at the first call on
+that group: the group's first rank makes an NCCL unique id and torch.distributed broadcasts it over
+the group, so any group works, whatever launched the processes (torchrun, mpiexec, ...).
 """
 
 from __future__ import annotations
 
 import atexit
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
+import torch
 import torch.distributed as dist
 
 from . import _core
 
 _world: Optional[_core.MpiCommunicator] = None
+# (group, GPU index) -> its NCCL communicator. The group object is the key: torch keeps it alive.
+_nccl: Dict[Tuple[Any, int], Any] = {}
 # Called before the world is released at exit (the plan cache registers its clear()).
 _release_hooks: List[Callable[[], None]] = []
 
@@ -41,6 +47,7 @@ def _release() -> None:
     global _world
     for hook in _release_hooks:
         hook()
+    _nccl.clear()
     _world = None
 
 
@@ -70,3 +77,43 @@ def checked_world(group: Any) -> _core.MpiCommunicator:
                 "rank one MPI process) and call spattn.setup_distributed(); torchrun without mpiexec "
                 "is not supported for CPU tensors in this version")
     return world
+
+
+def nccl_communicator(group: Any, device: torch.device) -> Any:
+    """spattn's NCCL communicator over the ranks of `group` (None: torch.distributed's default
+    group) on `device`, made at the first call for this (group, GPU) and collective over the group
+    then. Needs torch.distributed to be initialized (spattn.setup_distributed() does it)."""
+    if not hasattr(_core, "NcclCommunicator"):
+        raise RuntimeError("this build of spattn has no NCCL communicator: reinstall with SPATTN_CUDA=ON "
+                           "where nvcc and NCCL are (SPATTN_CUDA=ON pip install .)")
+    if not (dist.is_available() and dist.is_initialized()):
+        raise RuntimeError("CUDA tensors run over NCCL communicators made from a torch.distributed group: "
+                           "call spattn.setup_distributed() (or torch.distributed.init_process_group) first")
+    group = group if group is not None else dist.distributed_c10d._get_default_group()
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    key = (group, index)
+    communicator = _nccl.get(key)
+    if communicator is None:
+        unique_id = [_core.make_nccl_unique_id() if dist.get_rank(group) == 0 else None]
+        dist.broadcast_object_list(unique_id, src=dist.get_global_rank(group, 0), group=group,
+                                   device=torch.device("cuda", index))
+        communicator = _core.NcclCommunicator(dist.get_rank(group), dist.get_world_size(group), unique_id[0], index)
+        _nccl[key] = communicator
+    return communicator
+
+
+def communicator_for(device: torch.device, group: Any) -> Any:
+    """The communicator that tensors on `device` run over for `group`: MPI's world for CPU
+    tensors, an NCCL communicator of the group for CUDA tensors."""
+    if device.type == "cuda":
+        return nccl_communicator(group, device)
+    if device.type != "cpu":
+        raise ValueError(f"tensors on {device}; allowed: cpu (over MPI) and cuda (over NCCL)")
+    return checked_world(group)
+
+
+def group_size(group: Any) -> int:
+    """The ranks of `group`: torch.distributed's count where it is initialized, else MPI's world."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_world_size(group)
+    return checked_world(group).size

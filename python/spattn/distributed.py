@@ -16,6 +16,8 @@ from .communicator import mpi_world
 
 # Backends is_available() answers for: where tensors live and what carries them.
 _BACKENDS = ("cpu", "mpi", "cuda", "nccl")
+# Where setup_distributed put this process's tensors.
+_default_device = torch.device("cpu")
 
 
 class LaunchEnvironment(NamedTuple):
@@ -59,16 +61,31 @@ def _store_address(launch: LaunchEnvironment) -> Tuple[str, int]:
     return ("127.0.0.1" if one_host else everyone[0]["host"]), everyone[0]["port"]
 
 
-def setup_distributed(backend: Optional[str] = None,
-                      timeout: Optional[timedelta] = None) -> Tuple[int, int, torch.device]:
-    """Reads the launch environment (torchrun or mpiexec), initializes torch.distributed when it
-    is not yet (gloo for CPU tensors unless `backend` says otherwise) and returns
-    (rank, world_size, device). This version runs CPU tensors, so device is cpu.
+def setup_distributed(backend: Optional[str] = None, timeout: Optional[timedelta] = None,
+                      device: Optional[str] = None) -> Tuple[int, int, torch.device]:
+    """Reads the launch environment (torchrun or mpiexec), picks the device, initializes
+    torch.distributed when it is not yet, and returns (rank, world_size, device).
+
+    device: "cuda" (GPU LOCAL_RANK, made current), "cpu", or None for CUDA where torch sees a GPU
+    and this build has the CUDA path, else the CPU. The default backend is "cpu:gloo,cuda:nccl"
+    for CUDA (gloo still serves CPU tensors) and gloo for the CPU.
 
     Under mpiexec it also checks that MPI's world is the launcher's, and exports RANK,
     WORLD_SIZE and LOCAL_RANK for code that reads torchrun's variables."""
+    global _default_device
     launch = launch_environment()
-    device = torch.device("cpu")
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() and is_available("cuda") else "cpu"
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"device={device!r}; allowed: 'cpu', 'cuda' or None (CUDA where available)")
+    if device == "cuda":
+        if not (torch.cuda.is_available() and is_available("cuda")):
+            raise RuntimeError(f"device='cuda' but torch sees {torch.cuda.device_count()} GPUs and this build's "
+                               f"CUDA path is {'on' if is_available('cuda') else 'off (SPATTN_CUDA=ON pip install .)'}")
+        torch.cuda.set_device(launch.local_rank % torch.cuda.device_count())
+        _default_device = torch.device("cuda", torch.cuda.current_device())
+    else:
+        _default_device = torch.device("cpu")
     if launch.launcher == "mpi":
         world = mpi_world()
         if (world.rank, world.size) != (launch.rank, launch.world_size):
@@ -78,7 +95,8 @@ def setup_distributed(backend: Optional[str] = None,
         os.environ.setdefault("WORLD_SIZE", str(launch.world_size))
         os.environ.setdefault("LOCAL_RANK", str(launch.local_rank))
     if not dist.is_initialized():
-        options: Dict[str, Any] = {"backend": backend or "gloo", "rank": launch.rank,
+        default_backend = "cpu:gloo,cuda:nccl" if device == "cuda" else "gloo"
+        options: Dict[str, Any] = {"backend": backend or default_backend, "rank": launch.rank,
                                    "world_size": launch.world_size}
         if timeout is not None:
             options["timeout"] = timeout
@@ -86,17 +104,24 @@ def setup_distributed(backend: Optional[str] = None,
             address, port = _store_address(launch)
             options["init_method"] = f"tcp://{address}:{port}"
         dist.init_process_group(**options)
-    return dist.get_rank(), dist.get_world_size(), device
+    return dist.get_rank(), dist.get_world_size(), _default_device
+
+
+def default_device() -> torch.device:
+    """The device setup_distributed chose (the CPU before it runs)."""
+    return _default_device
 
 
 def is_available(backend: str = "cpu") -> bool:
     """Whether this build's Python package runs on `backend`: "cpu" and "mpi" (CPU tensors over
-    MPI), "cuda" and "nccl" (CUDA tensors; not in this version of the Python package)."""
+    MPI), "cuda" and "nccl" (CUDA tensors over NCCL: built with SPATTN_CUDA=ON where nvcc and NCCL
+    are). Says what the build has, not whether a GPU is visible (torch.cuda.is_available())."""
     if backend not in _BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; allowed: {', '.join(_BACKENDS)}")
-    if backend in ("cuda", "nccl"):
-        return False
     info = _core.build_info()
+    if backend in ("cuda", "nccl"):
+        has_cuda_kernels = any(kernels.startswith("cuda") for kernels in info["kernel_backends"])
+        return has_cuda_kernels and "nccl" in info["communicators"] and hasattr(_core, "NcclCommunicator")
     return "cpu" in info["kernel_backends"] and "mpi" in info["communicators"]
 
 

@@ -5,7 +5,9 @@ Every function takes this rank's shard in flash-attn's layout, q: (B, S_local, H
 says which tokens each rank holds), and returns out: (B, S_local, H, D), or (out, lse, None) with
 lse: (B, H, S_local) fp32 when return_attn_probs is set. Gradients flow to q, k and v.
 
-This version runs CPU tensors over spattn's MPI communicator of all ranks (launch with mpiexec).
+CPU tensors run over spattn's MPI communicator of all ranks (launch with mpiexec); CUDA tensors run
+over an NCCL communicator of `group` (any torch.distributed group; launch with torchrun or
+mpiexec), their compute on torch's current stream.
 """
 
 from __future__ import annotations
@@ -19,6 +21,13 @@ from .plans import dtype_name, get_plan
 AttentionResult = Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor, None]]
 
 
+def _follow_current_stream(plan, device: torch.device) -> None:
+    # CUDA: the plan's compute goes on torch's current stream, so it is ordered after the work
+    # that made its inputs and before the work that reads its outputs, with no synchronization.
+    if device.type == "cuda":
+        plan.set_stream(torch.cuda.current_stream(device).cuda_stream)
+
+
 class DistributedAttentionFunction(torch.autograd.Function):
     """out, lse = attention(q, k, v) through a spattn plan; backward gives dq, dk, dv."""
 
@@ -28,7 +37,8 @@ class DistributedAttentionFunction(torch.autograd.Function):
         q, k, v = (x.detach().contiguous() for x in (q, k, v))
         batch, local_seq, heads, _ = q.shape
         out = torch.empty_like(q, memory_format=torch.contiguous_format)  # (B, S_local, H, D)
-        lse = torch.empty((batch, heads, local_seq), dtype=torch.float32)  # (B, H, S_local)
+        lse = torch.empty((batch, heads, local_seq), dtype=torch.float32, device=q.device)  # (B, H, S_local)
+        _follow_current_stream(plan, q.device)
         plan.forward(q, k, v, out, lse)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.plan = plan
@@ -39,6 +49,7 @@ class DistributedAttentionFunction(torch.autograd.Function):
     def backward(ctx, dout: torch.Tensor, _dlse: Optional[torch.Tensor]):
         q, k, v, out, lse = ctx.saved_tensors
         dq, dk, dv = (torch.empty_like(x, memory_format=torch.contiguous_format) for x in (q, k, v))
+        _follow_current_stream(ctx.plan, q.device)
         ctx.plan.backward(q, k, v, out, lse, dout.detach().to(q.dtype).contiguous(), dq, dk, dv)
         return dq, dk, dv, None
 
@@ -55,10 +66,8 @@ def _check_arguments(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_
     for name, tensor in (("q", q), ("k", k), ("v", v)):
         if not isinstance(tensor, torch.Tensor):
             raise TypeError(f"{name} is a {type(tensor).__name__}; expected a torch.Tensor")
-        if tensor.device.type != "cpu":
-            raise NotImplementedError(
-                f"{name} is on {tensor.device}: the CUDA path of spattn's Python package is not in this build "
-                "yet; this version runs CPU tensors over MPI")
+        if tensor.device != q.device:
+            raise ValueError(f"{name} is on {tensor.device} but q is on {q.device}; q, k and v must share a device")
         if tensor.dim() != 4:
             raise ValueError(f"{name} has shape {tuple(tensor.shape)}; expected 4 dimensions "
                              f"({'B, S_local, H, D' if name == 'q' else 'B, S_local, HK, D'})")
@@ -72,7 +81,7 @@ def _attention(algorithm: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     plan = get_plan(algorithm, batch=batch, local_seq=local_seq, heads=heads, kv_heads=k.shape[2],
                     head_dim=head_dim, dtype=dtype_name("q", q.dtype), causal=causal,
                     window_size=(int(window_size[0]), int(window_size[1])), softmax_scale=softmax_scale,
-                    group=group)
+                    group=group, device=q.device)
     out, lse = DistributedAttentionFunction.apply(q, k, v, plan)
     return (out, lse, None) if return_attn_probs else out
 

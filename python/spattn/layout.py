@@ -12,7 +12,8 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 import torch
 
-from .communicator import checked_world
+from .communicator import group_size
+from .distributed import default_device
 from .plans import get_plan
 
 
@@ -74,15 +75,20 @@ class SequenceLayout:
 
 
 def sequence_layout(algorithm: str, seq_len: int, heads: int, kv_heads: Optional[int] = None, *,
-                    causal: bool = False, group: Any = None) -> SequenceLayout:
+                    causal: bool = False, group: Any = None,
+                    device: Optional[torch.device] = None) -> SequenceLayout:
     """The layout that `algorithm` ("ring", "zigzag", "ulysses", "hamilton", "allgather", "usp")
-    uses for a global sequence of `seq_len` tokens with these head counts and mask. Collective
-    (it makes a plan): call it on every rank. Raises spattn.SpattnError when seq_len does not
-    split this way, naming the nearest lengths that do."""
-    world_size = checked_world(group).size
+    uses for a global sequence of `seq_len` tokens with these head counts and mask, over `group`
+    for tensors on `device` (default: the current CUDA device where spattn.setup_distributed chose
+    CUDA, else the CPU). Collective (it makes a plan): call it on every rank. Raises
+    spattn.SpattnError when seq_len does not split this way, naming the nearest lengths that do."""
+    device = torch.device(device) if device is not None else default_device()
+    world_size = group_size(group)
     if seq_len % world_size:
         raise ValueError(f"seq_len {seq_len} is not divisible by the {world_size} ranks")
+    # A plan of the smallest shape the device's kernels take: the layout depends on none of it.
+    dtype, head_dim = ("bf16", 8) if device.type == "cuda" else ("fp32", 1)
     plan = get_plan(algorithm, batch=1, local_seq=seq_len // world_size, heads=heads,
-                    kv_heads=heads if kv_heads is None else kv_heads, head_dim=1, dtype="fp32", causal=causal,
-                    group=group)
+                    kv_heads=heads if kv_heads is None else kv_heads, head_dim=head_dim, dtype=dtype, causal=causal,
+                    group=group, device=device)
     return SequenceLayout(plan)

@@ -12,7 +12,7 @@ from typing import Any, Dict, Optional, Tuple
 import torch
 
 from . import _core
-from .communicator import checked_world, on_release
+from .communicator import communicator_for, on_release
 
 _DTYPE_NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 
@@ -29,17 +29,19 @@ def dtype_name(name: str, dtype: torch.dtype) -> str:
 
 def get_plan(algorithm: str, *, batch: int, local_seq: int, heads: int, kv_heads: int, head_dim: int,
              dtype: str, causal: bool = False, window_size: Tuple[int, int] = (-1, -1),
-             softmax_scale: Optional[float] = None, group: Any = None) -> _core.Plan:
-    """The cached plan of these arguments over the world of `group` (None or WORLD), made on the
-    first call (collective). `local_seq` is this rank's length; the global length is N times it."""
-    world = checked_world(group)
+             softmax_scale: Optional[float] = None, group: Any = None,
+             device: torch.device = torch.device("cpu")) -> _core.Plan:
+    """The cached plan of these arguments over `group` for tensors on `device` (see
+    communicator_for), made on the first call (collective). `local_seq` is this rank's length; the
+    global length is N times it."""
+    communicator = communicator_for(device, group)
     window_left, window_right = window_size
-    key = (algorithm, batch, local_seq * world.size, heads, kv_heads, head_dim, dtype, bool(causal),
-           int(window_left), int(window_right), None if softmax_scale is None else float(softmax_scale))
+    key = (id(communicator), algorithm, batch, local_seq * communicator.size, heads, kv_heads, head_dim, dtype,
+           bool(causal), int(window_left), int(window_right), None if softmax_scale is None else float(softmax_scale))
     plan = _plans.get(key)
     if plan is None:
-        plan = _core.Plan(world, algorithm, batch, key[2], heads, kv_heads, head_dim, dtype, causal=key[7],
-                          window_left=key[8], window_right=key[9], softmax_scale=key[10])
+        plan = _core.Plan(communicator, algorithm, batch, key[3], heads, kv_heads, head_dim, dtype, causal=key[8],
+                          window_left=key[9], window_right=key[10], softmax_scale=key[11])
         _plans[key] = plan
     return plan
 

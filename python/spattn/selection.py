@@ -13,7 +13,7 @@ from typing import List, NamedTuple, Optional
 import torch
 
 from . import _core
-from .communicator import checked_world
+from .communicator import group_size
 from .plans import dtype_name
 
 
@@ -32,7 +32,7 @@ def estimate_strategies(seq_len: int, heads: int, kv_heads: Optional[int] = None
     """Every algorithm's modelled time for this global shape on `world_size` ranks (default: the
     world of `group`), those that apply first, fastest first. `cluster` is one of
     _core.cluster_presets()."""
-    ranks = checked_world(group).size if world_size is None else world_size
+    ranks = group_size(group) if world_size is None else world_size
     if cluster not in _core.cluster_presets():
         raise ValueError(f"cluster {cluster!r}; allowed: {', '.join(_core.cluster_presets())}")
     if ranks < 2:
@@ -49,7 +49,7 @@ def auto_select(seq_len: int, heads: int, kv_heads: Optional[int] = None, head_d
     backward time among those that can run this shape; "ring" on a single rank, where every
     strategy is the same local attention. Raises ValueError when none applies, with each one's
     reason."""
-    ranks = checked_world(group).size if world_size is None else world_size
+    ranks = group_size(group) if world_size is None else world_size
     if ranks == 1:
         return "ring"
     estimates = estimate_strategies(seq_len, heads, kv_heads, head_dim, world_size=ranks, causal=causal, batch=batch,

@@ -10,6 +10,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -21,6 +22,9 @@
 #include "spattn/error.hpp"
 #include "spattn/local_attention.hpp"
 #include "spattn/mpi_communicator.hpp"
+#ifdef SPATTN_WITH_NCCL
+#include "spattn/nccl_communicator.hpp"
+#endif
 #include "schedule/cost_model.hpp"
 #include "tensor_from_dlpack.hpp"
 
@@ -69,7 +73,7 @@ std::vector<nb::bytes> all_gather_bytes(MpiCommunicator& communicator, const nb:
 // A DistributedAttention over a communicator the Python object keeps alive (keep_alive below).
 class Plan {
  public:
-  Plan(MpiCommunicator& communicator, const std::string& algorithm, int64_t batch, int64_t seq, int64_t heads,
+  Plan(Communicator& communicator, const std::string& algorithm, int64_t batch, int64_t seq, int64_t heads,
        int64_t kv_heads, int64_t head_dim, const std::string& dtype, bool causal, int64_t window_left,
        int64_t window_right, std::optional<float> softmax_scale, int nodes, int inner, const std::string& across)
       : attention_(make(communicator, algorithm, batch, seq, heads, kv_heads, head_dim, dtype, causal, window_left,
@@ -86,6 +90,10 @@ class Plan {
       result.emplace_back(chunk.position, chunk.length, chunk.local_offset);
     return result;
   }
+
+  // Later calls enqueue their compute on `stream` (a cudaStream_t as an integer, e.g.
+  // torch.cuda.current_stream().cuda_stream; 0 is the legacy default stream). Ignored on the CPU.
+  void set_stream(std::uintptr_t stream) { attention_->set_stream(reinterpret_cast<void*>(stream)); }
 
   void forward(const Array& q, const Array& k, const Array& v, const Array& out, const Array& lse) {
     const TensorView views[] = {tensor_from_dlpack("q", q), tensor_from_dlpack("k", k), tensor_from_dlpack("v", v),
@@ -106,7 +114,7 @@ class Plan {
   }
 
  private:
-  static std::unique_ptr<DistributedAttention> make(MpiCommunicator& communicator, const std::string& algorithm,
+  static std::unique_ptr<DistributedAttention> make(Communicator& communicator, const std::string& algorithm,
                                                     int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
                                                     int64_t head_dim, const std::string& dtype, bool causal,
                                                     int64_t window_left, int64_t window_right,
@@ -173,7 +181,8 @@ nb::dict build_info_dict() {
 NB_MODULE(_core, m) {
   using namespace spattn;
   using namespace spattn::python;
-  m.doc() = "spattn's C++ core: distributed exact attention plans over MPI, CPU tensors through DLPack";
+  m.doc() = "spattn's C++ core: distributed exact attention plans over MPI (CPU tensors) or NCCL (CUDA tensors), "
+            "tensors through DLPack";
 
   nb::exception<Error>(m, "SpattnError", PyExc_RuntimeError);
   // Autograd graphs and user code keep plans alive in module globals, which Python may still hold
@@ -198,20 +207,47 @@ NB_MODULE(_core, m) {
         "The cost model's (algorithm, configuration, forward s, forward+backward s, why not) for every "
         "algorithm, the applicable ones first, fastest first.");
 
-  nb::class_<MpiCommunicator>(m, "MpiCommunicator",
+  nb::class_<Communicator>(m, "Communicator", "A group of ranks that spattn's plans transfer over.")
+      .def_prop_ro("rank", &Communicator::rank)
+      .def_prop_ro("size", &Communicator::size)
+      .def_prop_ro("device", [](const Communicator& communicator) { return device_name(communicator.device()); });
+
+  nb::class_<MpiCommunicator, Communicator>(m, "MpiCommunicator",
                               "spattn's communicator over MPI_COMM_WORLD (initializes MPI when nobody has).")
       .def(
           "__init__", [](MpiCommunicator* self) { new (self) MpiCommunicator(); },
           nb::call_guard<nb::gil_scoped_release>())
-      .def_prop_ro("rank", &MpiCommunicator::rank)
-      .def_prop_ro("size", &MpiCommunicator::size)
       .def("barrier", &MpiCommunicator::barrier, nb::call_guard<nb::gil_scoped_release>())
       .def("all_gather_bytes", &all_gather_bytes, "data"_a,
            "Every rank's bytes, in rank order (collective; any lengths).");
 
+#ifdef SPATTN_WITH_NCCL
+  m.def(
+      "make_nccl_unique_id",
+      [] {
+        const NcclUniqueIdBytes id = make_nccl_unique_id();
+        return nb::bytes(id.data(), id.size());
+      },
+      "A fresh NCCL unique id (bytes): one rank makes it, every rank of the new communicator passes it.");
+  nb::class_<NcclCommunicator, Communicator>(m, "NcclCommunicator",
+                                             "spattn's communicator over NCCL, one GPU per rank.")
+      .def(
+          "__init__",
+          [](NcclCommunicator* self, int rank, int size, const nb::bytes& unique_id, int device_index) {
+            NcclUniqueIdBytes id{};
+            SPATTN_CHECK(unique_id.size() == id.size(),
+                         "the NCCL unique id has " << unique_id.size() << " bytes; expected " << id.size());
+            std::memcpy(id.data(), unique_id.data(), id.size());
+            nb::gil_scoped_release release;  // collective: waits for every rank
+            new (self) NcclCommunicator(rank, size, id, device_index);
+          },
+          "rank"_a, "size"_a, "unique_id"_a, "device_index"_a,
+          "Rank `rank` of `size` ranks that all pass the same unique_id, on GPU `device_index` (collective).");
+#endif
+
   nb::class_<Plan>(m, "Plan",
                    "A DistributedAttention plan for one global shape, dtype, mask and algorithm (collective).")
-      .def(nb::init<MpiCommunicator&, const std::string&, int64_t, int64_t, int64_t, int64_t, int64_t,
+      .def(nb::init<Communicator&, const std::string&, int64_t, int64_t, int64_t, int64_t, int64_t,
                     const std::string&, bool, int64_t, int64_t, std::optional<float>, int, int, const std::string&>(),
            "communicator"_a, "algorithm"_a, "batch"_a, "seq"_a, "heads"_a, "kv_heads"_a, "head_dim"_a, "dtype"_a,
            "causal"_a = false, "window_left"_a = -1, "window_right"_a = -1, "softmax_scale"_a = nb::none(),
@@ -222,6 +258,8 @@ NB_MODULE(_core, m) {
       .def_prop_ro("local_length", [](const Plan& plan) { return plan.layout().local_length(); })
       .def_prop_ro("ranks", [](const Plan& plan) { return plan.layout().ranks(); })
       .def("chunks", &Plan::chunks, "rank"_a, "(position, length, local_offset) of each chunk the rank holds.")
+      .def("set_stream", &Plan::set_stream, "stream"_a,
+           "The CUDA stream (cudaStream_t as an integer) that later calls enqueue their compute on.")
       .def("forward", &Plan::forward, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a,
            "out, lse = attention(q, k, v) on this rank's shard; out and lse are written in place.")
       .def("backward", &Plan::backward, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a, "dout"_a, "dq"_a, "dk"_a, "dv"_a,

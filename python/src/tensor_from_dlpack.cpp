@@ -20,15 +20,16 @@ DType dtype_from_dlpack(const char* name, dlpack::dtype dtype) {
 }  // namespace
 
 TensorView tensor_from_dlpack(const char* name, const nanobind::ndarray<>& array) {
-  SPATTN_CHECK(array.device_type() == nanobind::device::cpu::value,
-               name << " is on DLPack device type " << array.device_type()
-                    << "; this build of spattn's Python module takes CPU tensors only");
+  const bool on_cuda = array.device_type() == nanobind::device::cuda::value;
+  SPATTN_CHECK(on_cuda || array.device_type() == nanobind::device::cpu::value,
+               name << " is on DLPack device type " << array.device_type() << "; allowed: CPU ("
+                    << nanobind::device::cpu::value << ") and CUDA (" << nanobind::device::cuda::value << ")");
   SPATTN_CHECK(array.ndim() >= 1 && array.ndim() <= static_cast<std::size_t>(TensorView::kMaxDims),
                name << " has " << array.ndim() << " dimensions; allowed: 1 to " << TensorView::kMaxDims);
   TensorView view;
   view.data = array.data();
   view.dtype = dtype_from_dlpack(name, array.dtype());
-  view.device = Device::cpu();
+  view.device = on_cuda ? Device{DeviceKind::cuda, array.device_id()} : Device::cpu();
   view.ndim = static_cast<int>(array.ndim());
   for (std::size_t dim = 0; dim < array.ndim(); ++dim) {
     view.shape[dim] = static_cast<int64_t>(array.shape(dim));

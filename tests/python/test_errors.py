@@ -62,17 +62,23 @@ def test_other_groups_are_rejected():
         spattn.ring_flash_attn_func(*shard(), group=object())
 
 
-def test_non_cpu_tensors_are_rejected():
+def test_tensors_on_other_devices_are_rejected():
     q, k, v = (x.to("meta") for x in shard())
-    with pytest.raises(NotImplementedError, match="CUDA path of spattn's Python package is not in this build yet"):
+    with pytest.raises(ValueError, match=r"tensors on meta; allowed: cpu \(over MPI\) and cuda \(over NCCL\)"):
         spattn.ring_flash_attn_func(q, k, v)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
-def test_cuda_tensors_are_rejected():
-    q, k, v = (x.cuda() for x in shard())
-    with pytest.raises(NotImplementedError, match="CUDA path"):
-        spattn.ring_flash_attn_func(q, k, v)
+def test_mixed_devices_are_rejected():
+    q, k, v = shard()
+    with pytest.raises(ValueError, match="k is on meta but q is on cpu"):
+        spattn.ring_flash_attn_func(q, k.to("meta"), v)
+
+
+@pytest.mark.skipif(spattn.is_available("cuda"), reason="this build has the CUDA path")
+def test_cuda_tensors_need_a_cuda_build():
+    # Reached before any CUDA call, so it needs no GPU.
+    with pytest.raises(RuntimeError, match="no NCCL communicator: reinstall with SPATTN_CUDA=ON"):
+        spattn.communicator.nccl_communicator(None, torch.device("cuda", 0))
 
 
 def test_good_call_after_errors():

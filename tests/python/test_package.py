@@ -13,7 +13,7 @@ from spattn import _core
 def test_algorithms_and_availability():
     assert spattn.algorithms() == ["ring", "zigzag", "ulysses", "hamilton", "hamilton2", "allgather", "usp"]
     assert spattn.is_available("cpu") and spattn.is_available("mpi")
-    assert not spattn.is_available("cuda")
+    assert spattn.is_available("cuda") == spattn.is_available("nccl") == hasattr(_core, "NcclCommunicator")
     try:
         spattn.is_available("tpu")
         raise AssertionError("expected ValueError")
@@ -25,7 +25,7 @@ def test_device_info():
     info = spattn.device_info()
     assert info["version"] == spattn.__version__
     assert "cpu" in info["kernel_backends"] and "mpi" in info["communicators"]
-    assert info["python_backends"] == ["cpu", "mpi"]
+    assert info["python_backends"] == ["cpu", "mpi"] + (["cuda", "nccl"] if spattn.is_available("cuda") else [])
     assert info["torch"] == torch.__version__
 
 
@@ -90,4 +90,5 @@ def test_stubs_name_everything_the_module_has():
         tree = ast.parse(stub.read())
     stubbed = {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
     public = {name for name in dir(_core) if not name.startswith("_")}
-    assert stubbed == public
+    cuda_only = {"make_nccl_unique_id", "NcclCommunicator"}
+    assert stubbed == public | (set() if spattn.is_available("cuda") else cuda_only)

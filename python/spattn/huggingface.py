@@ -1,0 +1,124 @@
+"""Hugging Face transformers models on spattn: one call registers spattn's distributed attention as an
+attention implementation, the counterpart of ring-flash-attn's substitute_hf_flash_attn.
+
+transformers picks a model's attention function by name, config._attn_implementation, from its
+AttentionInterface registry (and the mask builder from AttentionMaskInterface; tested with 5.23);
+registering a new name is its supported way to plug one in (replacing "flash_attention_2" would
+still need the flash_attn package, which CPU machines lack). transformers is needed only here:
+`import spattn` does not import this module.
+
+    import spattn.huggingface
+    rank, world_size, _ = spattn.setup_distributed()
+    name = spattn.huggingface.substitute_hf_flash_attn(group=None, algorithm="zigzag")  # "spattn"
+    model = LlamaForCausalLM(config)          # or from_pretrained(..., attn_implementation=name)
+    model.set_attn_implementation(name)
+    layout = spattn.sequence_layout("zigzag", seq_len, config.num_attention_heads,
+                                    config.num_key_value_heads, causal=True)
+    logits = model(input_ids=layout.shard(input_ids, rank),                    # (B, S_local)
+                   position_ids=layout.positions(rank)[None],                  # global positions
+                   use_cache=False).logits                                     # (B, S_local, vocab)
+
+Every rank feeds its shard of the sequence in the layout of the algorithm; position_ids must be
+the global positions of those tokens (layout.positions(rank)) so that rotary embeddings are right,
+and the attention raises ValueError when they are not.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+from transformers import AttentionInterface
+from transformers.masking_utils import AttentionMaskInterface, flash_attention_mask
+
+from .communicator import checked_world
+from .functional import ATTENTION_FUNCTIONS
+from .layout import sequence_layout
+
+
+def substitute_hf_flash_attn(group: Any = None, algorithm: str = "zigzag", name: str = "spattn") -> str:
+    """Registers spattn's `algorithm` under the attention implementation `name` of transformers and
+    returns `name`; a model then uses it after model.set_attn_implementation(name) (or
+    attn_implementation=name at from_pretrained / from_config). Calling it again with another
+    algorithm replaces the registration. `group`: None or torch.distributed.group.WORLD."""
+    if algorithm not in ATTENTION_FUNCTIONS:
+        raise ValueError(f"algorithm {algorithm!r} is not supported; allowed: {', '.join(ATTENTION_FUNCTIONS)}")
+    checked_world(group)
+
+    def attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                  attention_mask: Optional[torch.Tensor], dropout: float = 0.0, scaling: Optional[float] = None,
+                  sliding_window: Optional[int] = None, softcap: Optional[float] = None,
+                  is_causal: Optional[bool] = None, **kwargs):
+        return spattn_attention_forward(module, query, key, value, attention_mask, dropout, scaling, sliding_window,
+                                        softcap, is_causal, algorithm=algorithm, group=group, **kwargs)
+
+    AttentionInterface.register(name, attention)
+    # Without a mask function of its own, transformers hands a custom implementation no mask at all,
+    # so padding would pass unnoticed; flash-attn's returns None unless some token is padding.
+    AttentionMaskInterface.register(name, flash_attention_mask)
+    return name
+
+
+def spattn_attention_forward(module: torch.nn.Module,
+                             query: torch.Tensor,  # (B, H, S_local, D)
+                             key: torch.Tensor,    # (B, HK, S_local, D)
+                             value: torch.Tensor,  # (B, HK, S_local, D)
+                             attention_mask: Optional[torch.Tensor], dropout: float, scaling: Optional[float],
+                             sliding_window: Optional[int], softcap: Optional[float], is_causal: Optional[bool], *,
+                             algorithm: str, group: Any, **kwargs):
+    """transformers' attention interface over spattn: returns (out (B, S_local, H, D), None)."""
+    causal = module.is_causal if is_causal is None else bool(is_causal)
+    problem = (_unsupported_argument(query, key, attention_mask, dropout, softcap, kwargs)
+               or _wrong_positions(kwargs.get("position_ids"), algorithm, group, query.shape[2], query.shape[1],
+                                   key.shape[1], causal))
+    _raise_on_every_rank(problem, group)
+    # transformers' sliding_window w lets a token see w tokens in all, itself included: flash-attn's (w-1, w-1).
+    window = (-1, -1) if sliding_window is None else (sliding_window - 1, -1 if causal else sliding_window - 1)
+    out = ATTENTION_FUNCTIONS[algorithm](query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
+                                         softmax_scale=scaling, causal=causal, window_size=window, group=group)
+    return out, None  # no attention weights: spattn never forms them
+
+
+def _unsupported_argument(query: torch.Tensor, key: torch.Tensor, attention_mask: Optional[torch.Tensor],
+                          dropout: float, softcap: Optional[float], kwargs: dict) -> Optional[str]:
+    """What this call asks for that spattn cannot do, or None."""
+    if attention_mask is not None:
+        return ("spattn attention takes no attention mask: every token of the sequence is attended (no padding); "
+                "pass attention_mask=None or one of all ones")
+    if dropout != 0.0:
+        return (f"attention dropout {dropout} is not supported in training: spattn computes exact attention "
+                "without dropout; set config.attention_dropout = 0.0")
+    if kwargs.get("output_attentions"):
+        return "output_attentions=True is not supported: spattn never forms the attention weights"
+    if softcap is not None or kwargs.get("s_aux") is not None:
+        return "attention logit softcapping and attention sinks (s_aux) are not supported by spattn"
+    if key.shape[2] != query.shape[2]:
+        return (f"spattn attention got {query.shape[2]} queries but {key.shape[2]} keys: it needs the keys of "
+                "exactly this rank's tokens, so decoding with a KV cache is not supported (pass use_cache=False)")
+    return None
+
+
+def _wrong_positions(position_ids: Optional[torch.Tensor], algorithm: str, group: Any, local_seq: int, heads: int,
+                     kv_heads: int, causal: bool) -> Optional[str]:
+    """Rotary embeddings are computed from position_ids before attention, so wrong ones would go
+    unnoticed there; None when they are this rank's global positions (or the model passes none on)."""
+    if position_ids is None:
+        return None
+    world = checked_world(group)
+    layout = sequence_layout(algorithm, local_seq * world.size, heads, kv_heads, causal=causal, group=group)
+    if position_ids.shape[-1] == local_seq and bool((position_ids == layout.positions(world.rank)).all()):
+        return None
+    chunks = [(position, length) for position, length, _ in layout.chunks(world.rank)]
+    return (f"position_ids are not the global positions of this rank's tokens in the {layout.name} layout "
+            f"((start, length) chunks {chunks}); pass position_ids=layout.positions(rank)[None]")
+
+
+def _raise_on_every_rank(problem: Optional[str], group: Any) -> None:
+    """Raises ValueError on every rank when any rank has a problem (a padded shard, say, may be on one
+    rank only), so that no rank is left waiting in the attention for the others."""
+    world = checked_world(group)
+    problems = [p.decode() for p in world.all_gather_bytes((problem or "").encode())]
+    failing = [(rank, p) for rank, p in enumerate(problems) if p]
+    if failing:
+        rank, first = failing[0]
+        raise ValueError(f"rank {rank}: {first}" if problem is None else problem)

@@ -1,0 +1,120 @@
+"""The wrappers on CUDA tensors over NCCL: every strategy's out, lse and gradients against the
+fp64 reference next to one GPU running the whole sequence (cuDNN), on torch's current stream,
+over any process group, and under torch.compile."""
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import spattn
+from spattn import _core
+from attention_checks import OUTPUTS, Problem, accuracy_failures, fresh_seed, full_inputs, max_error, reference
+
+SEQ = 48  # splits for every strategy at 1 and 2 ranks (hamilton: S % 2N(N-1))
+FUNCTIONS = ["ring", "zigzag", "ulysses", "hamilton", "allgather", "usp"]
+# cuDNN rounds each call's partial out, dq, dk, dv to the input dtype before spattn sums them in
+# fp32; where a row's keys (or a key's queries) span several calls, that can take the error just
+# past 2x the one-GPU run's (issue 4). Within this bound the case is reported as a known failure;
+# past it (a wrong layout, a missed stream dependency: errors of order 1) it fails.
+KNOWN_BF16_PARTIALS_BOUND = 4.0
+
+
+def cuda_single_rank(problem: Problem, inputs):
+    """One GPU running the whole sequence through spattn's kernels (cuDNN), synchronously."""
+    q, k, v, dout = (inputs[name].cuda() for name in ("q", "k", "v", "dout"))
+    options = dict(causal=problem.causal, window_left=problem.window[0], window_right=problem.window[1],
+                   softmax_scale=problem.softmax_scale)
+    out = torch.full_like(q, float("nan"))
+    lse = torch.full((problem.batch, problem.heads, problem.seq), float("nan"), device=q.device)
+    dq, dk, dv = (torch.full_like(x, float("nan")) for x in (q, k, v))
+    torch.cuda.synchronize()  # the local functions run on a stream of their own
+    _core.local_forward(q, k, v, out, lse, **options)
+    _core.local_backward(q, k, v, out, lse, dout, dq, dk, dv, **options)
+    return {name: tensor.cpu() for name, tensor in zip(OUTPUTS, (out, lse, dq, dk, dv))}
+
+
+def cuda_distributed(func, layout, problem: Problem, inputs, group=None):
+    """`func` forward and backward on this rank's shard on its GPU; every output gathered in fp64."""
+    rank = dist.get_rank(group)
+    q, k, v, dout = (layout.shard(inputs[name], rank).cuda() for name in ("q", "k", "v", "dout"))
+    leaves = [x.requires_grad_() for x in (q, k, v)]
+    out, lse, _ = func(*leaves, causal=problem.causal, window_size=problem.window,
+                       softmax_scale=problem.softmax_scale, return_attn_probs=True, group=group)
+    out.backward(dout)
+    local = {"out": out, "lse": lse, "dq": q.grad, "dk": k.grad, "dv": v.grad}
+    gathered = {}
+    for name, tensor in local.items():
+        tensor = tensor.detach().double().cpu().contiguous()
+        shards = [torch.empty_like(tensor) for _ in range(dist.get_world_size(group))]
+        dist.all_gather(shards, tensor, group=group)
+        gathered[name] = layout.unshard(shards, dim=2 if name == "lse" else 1)
+    return gathered
+
+
+def check(algorithm: str, dtype: torch.dtype, causal: bool, group=None, func=None):
+    heads = 2 * dist.get_world_size()
+    problem = Problem(batch=1, seq=SEQ, heads=heads, kv_heads=heads // 2, head_dim=64, dtype=dtype, causal=causal)
+    seed = fresh_seed()
+    inputs = full_inputs(problem, seed)
+    layout = spattn.sequence_layout(algorithm, SEQ, problem.heads, problem.kv_heads, causal=causal, group=group)
+    distributed = cuda_distributed(func or spattn.attention_function(algorithm), layout, problem, inputs, group)
+    single = cuda_single_rank(problem, inputs)
+    expected = reference(problem, inputs)
+    failures = accuracy_failures(distributed, single, expected)
+    where = f"{algorithm} {problem} at {dist.get_world_size()} GPUs, seed {seed}"
+    for name in failures:
+        error, baseline = max_error(distributed[name], expected[name]), max_error(single[name], expected[name])
+        assert error <= KNOWN_BF16_PARTIALS_BOUND * baseline, f"{where}: {name} {failures[name]}"
+    if failures:
+        pytest.xfail(f"issue 4, cuDNN's rounded partials: {where}: {failures}")
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("algorithm", FUNCTIONS)
+def test_every_strategy_matches_reference_in_bf16(algorithm, causal):
+    check(algorithm, torch.bfloat16, causal)
+
+
+def test_fp16_zigzag_matches_reference():
+    check("zigzag", torch.float16, causal=True)
+
+
+def test_a_group_of_its_own_gets_its_own_communicator():
+    group = dist.new_group(list(range(dist.get_world_size())))
+    check("zigzag", torch.bfloat16, causal=True, group=group)
+
+
+def test_calls_follow_torchs_current_stream():
+    # The same call on the default stream and on a side stream, with the inputs made on the side
+    # stream just before: identical results only if the plan's compute waits for them there.
+    torch.manual_seed(7)
+    heads = 2 * dist.get_world_size()
+    q, k, v = (torch.randn(1, SEQ // dist.get_world_size(), h, 64, device="cuda", dtype=torch.bfloat16)
+               for h in (heads, heads // 2, heads // 2))
+    expected = spattn.zigzag_ring_flash_attn_func(q, k, v, causal=True)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        q2, k2, v2 = (x * 1 for x in (q, k, v))  # produced on the side stream
+        out = spattn.zigzag_ring_flash_attn_func(q2, k2, v2, causal=True)
+    torch.cuda.current_stream().wait_stream(side)
+    assert torch.equal(out, expected)
+
+
+def test_torch_compile_over_a_wrapper():
+    torch.manual_seed(11)
+    heads = 2 * dist.get_world_size()
+    q, k, v = (torch.randn(1, SEQ // dist.get_world_size(), h, 64, device="cuda", dtype=torch.bfloat16,
+                           requires_grad=True) for h in (heads, heads // 2, heads // 2))
+    dout = torch.randn(1, SEQ // dist.get_world_size(), heads, 64, device="cuda", dtype=torch.bfloat16)
+
+    def attention(q, k, v):
+        return spattn.zigzag_ring_flash_attn_func(q * 2, k, v, causal=True)
+
+    eager = attention(q, k, v)
+    eager_grads = torch.autograd.grad(eager, (q, k, v), dout)
+    compiled = torch.compile(attention)(q, k, v)  # a graph break at the autograd.Function is fine
+    compiled_grads = torch.autograd.grad(compiled, (q, k, v), dout)
+    assert torch.equal(compiled, eager)
+    for got, want in zip(compiled_grads, eager_grads):
+        assert torch.equal(got, want)
