@@ -117,3 +117,25 @@ def group_size(group: Any) -> int:
     if dist.is_available() and dist.is_initialized():
         return dist.get_world_size(group)
     return checked_world(group).size
+
+
+_AGREED_ERRORS = {"ValueError": ValueError, "TypeError": TypeError}
+
+
+def raise_on_every_rank(error: Optional[Exception], group: Any, device: torch.device) -> None:
+    """Every rank's verdict on its own arguments, exchanged before any rank starts a collective of
+    the call: when any rank has an error, every rank raises it (ValueError or TypeError, naming the
+    rank), so that no rank is left waiting for one that gave up. One small collective per call:
+    over MPI for CPU tensors, over torch.distributed's group for CUDA tensors."""
+    mine = f"{type(error).__name__}|{error}" if error is not None else ""
+    if device.type == "cuda":
+        verdicts: List[Any] = [None] * dist.get_world_size(group)
+        dist.all_gather_object(verdicts, mine, group=group)
+    else:
+        verdicts = [data.decode() for data in checked_world(group).all_gather_bytes(mine.encode())]
+    for rank, verdict in enumerate(verdicts):
+        if verdict:
+            kind, _, message = verdict.partition("|")
+            if error is not None:
+                raise error
+            raise _AGREED_ERRORS.get(kind, ValueError)(f"rank {rank}: {message}")

@@ -16,6 +16,7 @@ from typing import Any, Optional, Tuple, Union
 
 import torch
 
+from .communicator import communicator_for, raise_on_every_rank
 from .plans import dtype_name, get_plan
 
 AttentionResult = Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor, None]]
@@ -54,29 +55,35 @@ class DistributedAttentionFunction(torch.autograd.Function):
         return dq, dk, dv, None
 
 
-def _check_arguments(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float,
-                     window_size: Tuple[int, int], alibi_slopes: Optional[torch.Tensor]) -> None:
+def _argument_error(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float,
+                    window_size: Tuple[int, int], alibi_slopes: Optional[torch.Tensor]) -> Optional[Exception]:
+    """What is wrong with this rank's arguments, or None."""
     if dropout_p != 0.0:
-        raise ValueError(f"dropout_p={dropout_p} is not supported: spattn computes exact attention without "
-                         "dropout; allowed: 0.0")
+        return ValueError(f"dropout_p={dropout_p} is not supported: spattn computes exact attention without "
+                          "dropout; allowed: 0.0")
     if alibi_slopes is not None:
-        raise ValueError("alibi_slopes is not supported: spattn has no ALiBi bias; allowed: None")
+        return ValueError("alibi_slopes is not supported: spattn has no ALiBi bias; allowed: None")
     if len(window_size) != 2:
-        raise ValueError(f"window_size={window_size!r}; expected (left, right), -1 meaning unbounded")
+        return ValueError(f"window_size={window_size!r}; expected (left, right), -1 meaning unbounded")
     for name, tensor in (("q", q), ("k", k), ("v", v)):
         if not isinstance(tensor, torch.Tensor):
-            raise TypeError(f"{name} is a {type(tensor).__name__}; expected a torch.Tensor")
+            return TypeError(f"{name} is a {type(tensor).__name__}; expected a torch.Tensor")
         if tensor.device != q.device:
-            raise ValueError(f"{name} is on {tensor.device} but q is on {q.device}; q, k and v must share a device")
+            return ValueError(f"{name} is on {tensor.device} but q is on {q.device}; q, k and v must share a device")
         if tensor.dim() != 4:
-            raise ValueError(f"{name} has shape {tuple(tensor.shape)}; expected 4 dimensions "
-                             f"({'B, S_local, H, D' if name == 'q' else 'B, S_local, HK, D'})")
+            return ValueError(f"{name} has shape {tuple(tensor.shape)}; expected 4 dimensions "
+                              f"({'B, S_local, H, D' if name == 'q' else 'B, S_local, HK, D'})")
+    return None
 
 
 def _attention(algorithm: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float,
                softmax_scale: Optional[float], causal: bool, window_size: Tuple[int, int],
                alibi_slopes: Optional[torch.Tensor], return_attn_probs: bool, group: Any) -> AttentionResult:
-    _check_arguments(q, k, v, dropout_p, window_size, alibi_slopes)
+    # Every rank learns of a bad argument on any rank before any of them starts the call's
+    # collectives (a bad shard may be on one rank only).
+    device = q.device if isinstance(q, torch.Tensor) else torch.device("cpu")
+    communicator_for(device, group)  # a group or device that cannot work fails alike on every rank
+    raise_on_every_rank(_argument_error(q, k, v, dropout_p, window_size, alibi_slopes), group, device)
     batch, local_seq, heads, head_dim = q.shape
     plan = get_plan(algorithm, batch=batch, local_seq=local_seq, heads=heads, kv_heads=k.shape[2],
                     head_dim=head_dim, dtype=dtype_name("q", q.dtype), causal=causal,

@@ -31,7 +31,7 @@ import torch
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, flash_attention_mask
 
-from .communicator import checked_world
+from .communicator import checked_world, raise_on_every_rank
 from .functional import ATTENTION_FUNCTIONS
 from .layout import sequence_layout
 
@@ -116,9 +116,4 @@ def _wrong_positions(position_ids: Optional[torch.Tensor], algorithm: str, group
 def _raise_on_every_rank(problem: Optional[str], group: Any) -> None:
     """Raises ValueError on every rank when any rank has a problem (a padded shard, say, may be on one
     rank only), so that no rank is left waiting in the attention for the others."""
-    world = checked_world(group)
-    problems = [p.decode() for p in world.all_gather_bytes((problem or "").encode())]
-    failing = [(rank, p) for rank, p in enumerate(problems) if p]
-    if failing:
-        rank, first = failing[0]
-        raise ValueError(f"rank {rank}: {first}" if problem is None else problem)
+    raise_on_every_rank(ValueError(problem) if problem else None, group, torch.device("cpu"))

@@ -85,3 +85,14 @@ def test_good_call_after_errors():
     out = spattn.ring_flash_attn_func(*shard(), causal=True)
     assert out.shape == (1, 8, 4, 8) and torch.isfinite(out).all()
     dist.barrier()
+
+
+def test_a_bad_argument_on_one_rank_fails_every_rank():
+    # Only the last rank asks for dropout: every rank raises, naming it, and none is left waiting.
+    last = dist.get_world_size() - 1
+    dropout = 0.5 if dist.get_rank() == last else 0.0
+    expected = "dropout_p=0.5 is not supported" if dist.get_rank() == last else f"rank {last}: dropout_p=0.5"
+    with pytest.raises(ValueError, match=expected):
+        spattn.zigzag_ring_flash_attn_func(*shard(), dropout_p=dropout, causal=True)
+    out = spattn.zigzag_ring_flash_attn_func(*shard(), causal=True)  # the ranks are still in step
+    assert torch.isfinite(out).all()
