@@ -3,13 +3,14 @@
 Drop-in functions with ring-flash-attn's signatures (ring_flash_attn_func, zigzag_ring_flash_attn_func,
 their kvpacked/qkvpacked forms) and the same shape for every other spattn strategy
 (ulysses_attn_func, hamilton_attn_func, allgather_attn_func, usp_attn_func), the UlyssesAttention
-module, and auto_select (the strategy the cost model expects to be fastest). This version runs
-CPU tensors over MPI: launch with mpiexec and call setup_distributed() first.
+module, and auto_select (the strategy the cost model expects to be fastest). CPU tensors run over
+MPI (launch with mpiexec); CUDA tensors over NCCL in a SPATTN_CUDA=ON build (in progress). Call
+setup_distributed() first.
 """
 
 # torch first: its CUDA libraries (cudart, cuDNN, NCCL) are then the ones the C++ core binds to
-# when _core loads, so one copy of each is in the process. The other order loads the system's
-# copies beside torch's, and mixed cuDNN sub-libraries crash.
+# when _core loads (same sonames), so the process holds one copy of each rather than torch's
+# beside the system's.
 import torch  # noqa: F401  (imported for the order, see above)
 
 from ._core import SpattnError, algorithms
