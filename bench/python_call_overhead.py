@@ -30,8 +30,9 @@ def main() -> None:
     rank, world_size, _ = spattn.setup_distributed(device="cpu")
     shape = (1, arguments.seq, arguments.heads, arguments.head_dim)  # (B, S_local, H, D)
     q, k, v = (torch.randn(shape) for _ in range(3))
-    plan = spattn.plans.get_plan("ring", batch=1, local_seq=arguments.seq, heads=arguments.heads,
-                                 kv_heads=arguments.heads, head_dim=arguments.head_dim, dtype="fp32")
+    plan = spattn.plans.get_plan(spattn.communicator.mpi_world(), "ring", batch=1, local_seq=arguments.seq,
+                                 heads=arguments.heads, kv_heads=arguments.heads, head_dim=arguments.head_dim,
+                                 dtype="fp32")
     out, lse = torch.empty_like(q), torch.empty(1, arguments.heads, arguments.seq)
     direct = microseconds_per_call(lambda: plan.forward(q, k, v, out, lse), arguments.calls)
     wrapper = microseconds_per_call(lambda: spattn.ring_flash_attn_func(q, k, v), arguments.calls)

@@ -122,17 +122,18 @@ def group_size(group: Any) -> int:
 _AGREED_ERRORS = {"ValueError": ValueError, "TypeError": TypeError}
 
 
-def raise_on_every_rank(error: Optional[Exception], group: Any, device: torch.device) -> None:
+def raise_on_every_rank(error: Optional[Exception], communicator: Any, group: Any) -> None:
     """Every rank's verdict on its own arguments, exchanged before any rank starts a collective of
     the call: when any rank has an error, every rank raises it (ValueError or TypeError, naming the
     rank), so that no rank is left waiting for one that gave up. One small collective per call:
-    over MPI for CPU tensors, over torch.distributed's group for CUDA tensors."""
+    over MPI for a call on the MPI world (CPU tensors), else over torch.distributed's `group` of
+    the call's (NCCL) communicator."""
     mine = f"{type(error).__name__}|{error}" if error is not None else ""
-    if device.type == "cuda":
-        verdicts: List[Any] = [None] * dist.get_world_size(group)
-        dist.all_gather_object(verdicts, mine, group=group)
+    if isinstance(communicator, _core.MpiCommunicator):
+        verdicts: List[Any] = [data.decode() for data in communicator.all_gather_bytes(mine.encode())]
     else:
-        verdicts = [data.decode() for data in checked_world(group).all_gather_bytes(mine.encode())]
+        verdicts = [None] * dist.get_world_size(group)
+        dist.all_gather_object(verdicts, mine, group=group)
     for rank, verdict in enumerate(verdicts):
         if verdict:
             kind, _, message = verdict.partition("|")

@@ -82,13 +82,13 @@ def _attention(algorithm: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     # Every rank learns of a bad argument on any rank before any of them starts the call's
     # collectives (a bad shard may be on one rank only).
     device = q.device if isinstance(q, torch.Tensor) else torch.device("cpu")
-    communicator_for(device, group)  # a group or device that cannot work fails alike on every rank
-    raise_on_every_rank(_argument_error(q, k, v, dropout_p, window_size, alibi_slopes), group, device)
+    # A group or device that cannot work fails alike on every rank, before any exchange.
+    communicator = communicator_for(device, group)
+    raise_on_every_rank(_argument_error(q, k, v, dropout_p, window_size, alibi_slopes), communicator, group)
     batch, local_seq, heads, head_dim = q.shape
-    plan = get_plan(algorithm, batch=batch, local_seq=local_seq, heads=heads, kv_heads=k.shape[2],
+    plan = get_plan(communicator, algorithm, batch=batch, local_seq=local_seq, heads=heads, kv_heads=k.shape[2],
                     head_dim=head_dim, dtype=dtype_name("q", q.dtype), causal=causal,
-                    window_size=(int(window_size[0]), int(window_size[1])), softmax_scale=softmax_scale,
-                    group=group, device=q.device)
+                    window_size=(int(window_size[0]), int(window_size[1])), softmax_scale=softmax_scale)
     out, lse = DistributedAttentionFunction.apply(q, k, v, plan)
     return (out, lse, None) if return_attn_probs else out
 

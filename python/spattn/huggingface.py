@@ -116,4 +116,4 @@ def _wrong_positions(position_ids: Optional[torch.Tensor], algorithm: str, group
 def _raise_on_every_rank(problem: Optional[str], group: Any) -> None:
     """Raises ValueError on every rank when any rank has a problem (a padded shard, say, may be on one
     rank only), so that no rank is left waiting in the attention for the others."""
-    raise_on_every_rank(ValueError(problem) if problem else None, group, torch.device("cpu"))
+    raise_on_every_rank(ValueError(problem) if problem else None, checked_world(group), group)

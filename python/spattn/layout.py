@@ -12,7 +12,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 import torch
 
-from .communicator import group_size
+from .communicator import communicator_for
 from .distributed import default_device
 from .plans import get_plan
 
@@ -83,12 +83,12 @@ def sequence_layout(algorithm: str, seq_len: int, heads: int, kv_heads: Optional
     CUDA, else the CPU). Collective (it makes a plan): call it on every rank. Raises
     spattn.SpattnError when seq_len does not split this way, naming the nearest lengths that do."""
     device = torch.device(device) if device is not None else default_device()
-    world_size = group_size(group)
+    communicator = communicator_for(device, group)
+    world_size = communicator.size
     if seq_len % world_size:
         raise ValueError(f"seq_len {seq_len} is not divisible by the {world_size} ranks")
     # A plan of the smallest shape the device's kernels take: the layout depends on none of it.
     dtype, head_dim = ("bf16", 8) if device.type == "cuda" else ("fp32", 1)
-    plan = get_plan(algorithm, batch=1, local_seq=seq_len // world_size, heads=heads,
-                    kv_heads=heads if kv_heads is None else kv_heads, head_dim=head_dim, dtype=dtype, causal=causal,
-                    group=group, device=device)
+    plan = get_plan(communicator, algorithm, batch=1, local_seq=seq_len // world_size, heads=heads,
+                    kv_heads=heads if kv_heads is None else kv_heads, head_dim=head_dim, dtype=dtype, causal=causal)
     return SequenceLayout(plan)

@@ -12,7 +12,7 @@ from typing import Any, Dict, Optional, Tuple
 import torch
 
 from . import _core
-from .communicator import communicator_for, on_release
+from .communicator import on_release
 
 _DTYPE_NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 
@@ -27,14 +27,12 @@ def dtype_name(name: str, dtype: torch.dtype) -> str:
         raise TypeError(f"{name} is {dtype}; allowed: torch.float32, torch.float16, torch.bfloat16") from None
 
 
-def get_plan(algorithm: str, *, batch: int, local_seq: int, heads: int, kv_heads: int, head_dim: int,
-             dtype: str, causal: bool = False, window_size: Tuple[int, int] = (-1, -1),
-             softmax_scale: Optional[float] = None, group: Any = None,
-             device: torch.device = torch.device("cpu")) -> _core.Plan:
-    """The cached plan of these arguments over `group` for tensors on `device` (see
-    communicator_for), made on the first call (collective). `local_seq` is this rank's length; the
-    global length is N times it."""
-    communicator = communicator_for(device, group)
+def get_plan(communicator: Any, algorithm: str, *, batch: int, local_seq: int, heads: int, kv_heads: int,
+             head_dim: int, dtype: str, causal: bool = False, window_size: Tuple[int, int] = (-1, -1),
+             softmax_scale: Optional[float] = None) -> _core.Plan:
+    """The cached plan of these arguments over `communicator` (communicator.communicator_for), made
+    on the first call (collective). `local_seq` is this rank's length; the global length is N
+    times it."""
     window_left, window_right = window_size
     key = (id(communicator), algorithm, batch, local_seq * communicator.size, heads, kv_heads, head_dim, dtype,
            bool(causal), int(window_left), int(window_right), None if softmax_scale is None else float(softmax_scale))
