@@ -78,24 +78,28 @@ def reference(problem: Problem, inputs: Dict[str, torch.Tensor]) -> Dict[str, to
     return {"out": out.detach(), "lse": lse.detach(), "dq": q.grad, "dk": k.grad, "dv": v.grad}
 
 
-def single_rank(problem: Problem, inputs: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
-    """The same-dtype baseline: spattn's kernels on the whole sequence in this process."""
-    q, k, v, dout = (inputs[name] for name in ("q", "k", "v", "dout"))
+def single_rank(problem: Problem, inputs: Dict[str, torch.Tensor], device: str = "cpu") -> Dict[str, torch.Tensor]:
+    """The same-dtype baseline: spattn's kernels on the whole sequence in this process, on
+    `device`, into NaN-poisoned outputs; the results come back on the CPU."""
+    q, k, v, dout = (inputs[name].to(device) for name in ("q", "k", "v", "dout"))
     options = dict(causal=problem.causal, window_left=problem.window[0], window_right=problem.window[1],
                    softmax_scale=problem.softmax_scale)
-    out = torch.empty_like(q)
-    lse = torch.empty(problem.batch, problem.heads, problem.seq)
+    out = torch.full_like(q, float("nan"))
+    lse = torch.full((problem.batch, problem.heads, problem.seq), float("nan"), device=device)
+    dq, dk, dv = (torch.full_like(x, float("nan")) for x in (q, k, v))
+    if q.is_cuda:
+        torch.cuda.synchronize()  # the local functions run on a stream of their own
     _core.local_forward(q, k, v, out, lse, **options)
-    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     _core.local_backward(q, k, v, out, lse, dout, dq, dk, dv, **options)
-    return {"out": out, "lse": lse, "dq": dq, "dk": dk, "dv": dv}
+    return {name: tensor.cpu() for name, tensor in zip(OUTPUTS, (out, lse, dq, dk, dv))}
 
 
-def gather(layout: spattn.SequenceLayout, local: torch.Tensor, dim: int) -> torch.Tensor:
-    """The full tensor from every rank's shard, in fp64 (exact for every input dtype)."""
-    local = local.detach().double().contiguous()
-    shards = [torch.empty_like(local) for _ in range(dist.get_world_size())]
-    dist.all_gather(shards, local)
+def gather(layout: spattn.SequenceLayout, local: torch.Tensor, dim: int, group=None) -> torch.Tensor:
+    """The full tensor from every rank's shard of `group`, in fp64 (exact for every input dtype),
+    on the CPU."""
+    local = local.detach().double().cpu().contiguous()
+    shards = [torch.empty_like(local) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(shards, local, group=group)
     return layout.unshard(shards, dim=dim)
 
 
@@ -104,12 +108,15 @@ Packing = str
 
 
 def distributed(func: Callable, packing: Packing, layout: spattn.SequenceLayout, problem: Problem,
-                inputs: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
-    """Runs `func` forward and backward on this rank's shard and gathers out, lse, dq, dk, dv."""
-    rank = dist.get_rank()
-    q, k, v, dout = (layout.shard(inputs[name], rank) for name in ("q", "k", "v", "dout"))
+                inputs: Dict[str, torch.Tensor], device: str = "cpu", group=None) -> Dict[str, torch.Tensor]:
+    """Runs `func` forward and backward on this rank's shard on `device`, over `group`, and
+    gathers out, lse, dq, dk, dv."""
+    rank = dist.get_rank(group)
+    q, k, v, dout = (layout.shard(inputs[name], rank).to(device) for name in ("q", "k", "v", "dout"))
     options = dict(causal=problem.causal, window_size=problem.window, softmax_scale=problem.softmax_scale,
                    return_attn_probs=True)
+    if group is not None:  # modules such as UlyssesAttention hold their group and take none per call
+        options["group"] = group
     if packing == "separate":
         leaves = [x.requires_grad_() for x in (q, k, v)]
         out, lse, _ = func(*leaves, **options)
@@ -128,7 +135,8 @@ def distributed(func: Callable, packing: Packing, layout: spattn.SequenceLayout,
     elif packing == "qkv":
         grads = list(grads[0].unbind(2))
     results = {"out": out, "lse": lse, "dq": grads[0], "dk": grads[1], "dv": grads[2]}
-    return {name: gather(layout, tensor, dim=2 if name == "lse" else 1) for name, tensor in results.items()}
+    return {name: gather(layout, tensor, dim=2 if name == "lse" else 1, group=group)
+            for name, tensor in results.items()}
 
 
 def max_error(x: torch.Tensor, expected: torch.Tensor) -> float:

@@ -7,8 +7,8 @@ import torch
 import torch.distributed as dist
 
 import spattn
-from spattn import _core
-from attention_checks import OUTPUTS, Problem, accuracy_failures, fresh_seed, full_inputs, max_error, reference
+from attention_checks import (Problem, accuracy_failures, distributed, fresh_seed, full_inputs, max_error,
+                              reference, single_rank)
 
 SEQ = 48  # splits for every strategy at 1 and 2 ranks (hamilton: S % 2N(N-1))
 FUNCTIONS = ["ring", "zigzag", "ulysses", "hamilton", "allgather", "usp"]
@@ -19,51 +19,20 @@ FUNCTIONS = ["ring", "zigzag", "ulysses", "hamilton", "allgather", "usp"]
 KNOWN_BF16_PARTIALS_BOUND = 4.0
 
 
-def cuda_single_rank(problem: Problem, inputs):
-    """One GPU running the whole sequence through spattn's kernels (cuDNN), synchronously."""
-    q, k, v, dout = (inputs[name].cuda() for name in ("q", "k", "v", "dout"))
-    options = dict(causal=problem.causal, window_left=problem.window[0], window_right=problem.window[1],
-                   softmax_scale=problem.softmax_scale)
-    out = torch.full_like(q, float("nan"))
-    lse = torch.full((problem.batch, problem.heads, problem.seq), float("nan"), device=q.device)
-    dq, dk, dv = (torch.full_like(x, float("nan")) for x in (q, k, v))
-    torch.cuda.synchronize()  # the local functions run on a stream of their own
-    _core.local_forward(q, k, v, out, lse, **options)
-    _core.local_backward(q, k, v, out, lse, dout, dq, dk, dv, **options)
-    return {name: tensor.cpu() for name, tensor in zip(OUTPUTS, (out, lse, dq, dk, dv))}
-
-
-def cuda_distributed(func, layout, problem: Problem, inputs, group=None):
-    """`func` forward and backward on this rank's shard on its GPU; every output gathered in fp64."""
-    rank = dist.get_rank(group)
-    q, k, v, dout = (layout.shard(inputs[name], rank).cuda() for name in ("q", "k", "v", "dout"))
-    leaves = [x.requires_grad_() for x in (q, k, v)]
-    out, lse, _ = func(*leaves, causal=problem.causal, window_size=problem.window,
-                       softmax_scale=problem.softmax_scale, return_attn_probs=True, group=group)
-    out.backward(dout)
-    local = {"out": out, "lse": lse, "dq": q.grad, "dk": k.grad, "dv": v.grad}
-    gathered = {}
-    for name, tensor in local.items():
-        tensor = tensor.detach().double().cpu().contiguous()
-        shards = [torch.empty_like(tensor) for _ in range(dist.get_world_size(group))]
-        dist.all_gather(shards, tensor, group=group)
-        gathered[name] = layout.unshard(shards, dim=2 if name == "lse" else 1)
-    return gathered
-
-
-def check(algorithm: str, dtype: torch.dtype, causal: bool, group=None, func=None):
+def check(algorithm: str, dtype: torch.dtype, causal: bool, group=None):
     heads = 2 * dist.get_world_size()
     problem = Problem(batch=1, seq=SEQ, heads=heads, kv_heads=heads // 2, head_dim=64, dtype=dtype, causal=causal)
     seed = fresh_seed()
     inputs = full_inputs(problem, seed)
     layout = spattn.sequence_layout(algorithm, SEQ, problem.heads, problem.kv_heads, causal=causal, group=group)
-    distributed = cuda_distributed(func or spattn.attention_function(algorithm), layout, problem, inputs, group)
-    single = cuda_single_rank(problem, inputs)
+    results = distributed(spattn.attention_function(algorithm), "separate", layout, problem, inputs,
+                          device="cuda", group=group)
+    single = single_rank(problem, inputs, device="cuda")
     expected = reference(problem, inputs)
-    failures = accuracy_failures(distributed, single, expected)
+    failures = accuracy_failures(results, single, expected)
     where = f"{algorithm} {problem} at {dist.get_world_size()} GPUs, seed {seed}"
     for name in failures:
-        error, baseline = max_error(distributed[name], expected[name]), max_error(single[name], expected[name])
+        error, baseline = max_error(results[name], expected[name]), max_error(single[name], expected[name])
         assert error <= KNOWN_BF16_PARTIALS_BOUND * baseline, f"{where}: {name} {failures[name]}"
     if failures:
         pytest.xfail(f"issue 4, cuDNN's rounded partials: {where}: {failures}")
