@@ -9,7 +9,8 @@
 #   sweep        `spattn run --device cuda --check --backward` for every strategy, causal and not,
 #                at SPATTN_SWEEP_RANKS ranks (default 1 2 3 8) over the machine's GPUs
 #   python-gpu   SPATTN_CUDA=ON pip install . and pytest tests/python_gpu under torchrun at 1 and
-#                every GPU (python-build.log, python-gpu-N.log)
+#                every GPU, then bench/python_call_overhead.py at each (python-build.log,
+#                python-gpu-N.log, python-overhead.log)
 #   bench        spattn_gpu_bench on every GPU (bench.csv, bench.log; SPATTN_BENCH_ARGS adds options)
 #   torch-bench  PyTorch's context_parallel on every GPU into the same bench.csv (torch.log;
 #                TORCH_BENCH_ARGS adds options, '|' between the option sets of separate runs);
@@ -295,10 +296,14 @@ if wants python-gpu; then
         python3 -m pip install --no-build-isolation --no-deps --root-user-action=ignore .) >"$logs/python-build.log" 2>&1; then
     status=0
     summaries=""
+    export PYTHONFAULTHANDLER=1  # a crash in the extension still names the Python line
     for nproc in $(printf '%s\n' 1 "$gpus" | sort -un); do
       timeout "$(seconds_left)" torchrun --standalone --nproc-per-node "$nproc" -m pytest -q -rxs \
         "$root/tests/python_gpu" >"$logs/python-gpu-$nproc.log" 2>&1 || status=$?
       summaries+="$nproc GPU: $(grep -E '(passed|failed|error)' "$logs/python-gpu-$nproc.log" | tail -1); "
+      # The Python layer's time per call beside the C++ plan's (bench/python_call_overhead.py).
+      timeout "$(seconds_left)" torchrun --standalone --nproc-per-node "$nproc" \
+        "$root/bench/python_call_overhead.py" --device cuda >>"$logs/python-overhead.log" 2>&1 || status=$?
     done
     if [[ $status -eq 0 && "$summaries" == *passed* ]]; then record python-gpu passed "$summaries"
     else record python-gpu failed "exit $status; $summaries see python-gpu-*.log"; fi

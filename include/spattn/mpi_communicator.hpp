@@ -3,6 +3,7 @@
 /// The Communicator over MPI, for host memory.
 
 #include <memory>
+#include <vector>
 
 #include "spattn/communicator.hpp"
 
@@ -35,6 +36,11 @@ class MpiCommunicator final : public Communicator {
                                                             std::size_t floats_per_rank) override;
   void wait(PendingTransfer& transfer) override;
   std::unique_ptr<Communicator> split(int color, int key) override;
+  /// A communicator over `ranks` of this one, in that order (rank i of the new one is ranks[i]),
+  /// collective over those ranks only (MPI_Comm_create_group), so the other ranks need not call
+  /// it: how a process group of some ranks gets its communicator when its members first use it.
+  /// Every rank of the list calls it with the same list, which must hold this rank.
+  std::unique_ptr<MpiCommunicator> over_ranks(const std::vector<int>& ranks);
   void barrier() override;
   void host_all_gather(const void* send, void* receive, std::size_t bytes_per_rank) override;
 

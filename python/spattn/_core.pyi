@@ -5,7 +5,7 @@ that are contiguous, of 1 to 4 dimensions, in float32, float16 or bfloat16. make
 NcclCommunicator exist only in builds with the CUDA path (SPATTN_CUDA=ON pip install .).
 """
 
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 Tensor = Any  # a DLPack-exporting tensor
 
@@ -40,12 +40,20 @@ class Communicator:
     def size(self) -> int: ...
     @property
     def device(self) -> str: ...
+    def reject_call(self, error: str) -> None:
+        """This rank's part in the agreement that starts every plan's creation and call on the other
+        ranks, as a refusal: their calls raise SpattnError naming this rank and `error`, instead of
+        waiting for it; this one raises SpattnError with `error`."""
 
 class MpiCommunicator(Communicator):
-    """spattn's communicator over MPI_COMM_WORLD (initializes MPI when nobody has)."""
+    """spattn's communicator over MPI_COMM_WORLD (initializes MPI when nobody has), or over some of
+    its ranks (over_ranks)."""
 
     def __init__(self) -> None: ...
     def barrier(self) -> None: ...
+    def over_ranks(self, ranks: Sequence[int]) -> MpiCommunicator:
+        """A communicator over these ranks of this one (rank i of it is ranks[i]), collective over
+        them only: every listed rank calls it with the same list, the others need not."""
     def all_gather_bytes(self, data: bytes) -> List[bytes]: ...
 
 def make_nccl_unique_id() -> bytes:

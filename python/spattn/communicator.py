@@ -1,9 +1,10 @@
 """The communicators that plans run over: CPU tensors over MPI, CUDA tensors over NCCL.
 
-CPU: every plan of this process shares one spattn MpiCommunicator over MPI_COMM_WORLD (created,
-and MPI initialized, at first use). torch.distributed is optional: where it is initialized, its
-world must be MPI's world, rank for rank, as it is when launched with mpiexec and set up by
-spattn.setup_distributed().
+CPU: spattn MpiCommunicators: one over MPI_COMM_WORLD (created, and MPI initialized, at first use)
+for the default group, and one per other torch.distributed group over that group's ranks, made at
+the group's first call (collective over its members only). torch.distributed is optional for the
+world: where it is initialized, its world must be MPI's world, rank for rank, as it is when
+launched with mpiexec and set up by spattn.setup_distributed().
 
 CUDA: one spattn NcclCommunicator per (torch.distributed group, GPU), made at the first call on
 that group: the group's first rank makes an NCCL unique id and torch.distributed broadcasts it over
@@ -23,6 +24,8 @@ from . import _core
 _world: Optional[_core.MpiCommunicator] = None
 # (group, GPU index) -> its NCCL communicator. The group object is the key: torch keeps it alive.
 _nccl: Dict[Tuple[Any, int], Any] = {}
+# group -> the MPI communicator over its ranks, for groups other than the world.
+_mpi_groups: Dict[Any, _core.MpiCommunicator] = {}
 # Called before the world is released at exit (the plan cache registers its clear()).
 _release_hooks: List[Callable[[], None]] = []
 
@@ -42,12 +45,13 @@ def on_release(hook: Callable[[], None]) -> None:
 
 @atexit.register
 def _release() -> None:
-    # Plans and the communicator go while Python is still whole, before MPI_Finalize (which
+    # Plans and the communicators go while Python is still whole, before MPI_Finalize (which
     # spattn registers with the C library's atexit when it initialized MPI).
     global _world
     for hook in _release_hooks:
         hook()
     _nccl.clear()
+    _mpi_groups.clear()
     _world = None
 
 
@@ -59,24 +63,41 @@ def _is_world_group(group: Any) -> bool:
     return group is dist.group.WORLD or group == dist.distributed_c10d._get_default_group()
 
 
-def checked_world(group: Any) -> _core.MpiCommunicator:
-    """The MPI world for a call with `group`. Raises ValueError unless group is None or
-    torch.distributed's default (WORLD) group, and RuntimeError when torch.distributed's world is
-    not MPI's."""
-    if not _is_world_group(group):
-        raise ValueError(
-            f"group={group!r} is not supported in this version: spattn runs CPU tensors over its MPI "
-            "communicator of all ranks; pass group=None or torch.distributed.group.WORLD")
+def _check_torch_world_is_mpis(world: _core.MpiCommunicator) -> None:
+    torch_rank, torch_size = dist.get_rank(), dist.get_world_size()
+    if (torch_rank, torch_size) != (world.rank, world.size):
+        raise RuntimeError(
+            f"torch.distributed has rank {torch_rank} of {torch_size} but spattn's MPI world has rank "
+            f"{world.rank} of {world.size}: CPU tensors run over MPI, so launch with mpiexec (every "
+            "rank one MPI process) and call spattn.setup_distributed(); torchrun without mpiexec "
+            "is not supported for CPU tensors")
+
+
+def mpi_communicator(group: Any) -> _core.MpiCommunicator:
+    """spattn's MPI communicator for CPU tensors of `group`: MPI's world for None or
+    torch.distributed's default group, else one over the group's ranks, made at this group's first
+    use (collective over the group's ranks only) and kept. Raises RuntimeError when
+    torch.distributed's world is not MPI's, ValueError for a group that is not one or that this rank
+    is not in."""
     world = mpi_world()
-    if dist.is_available() and dist.is_initialized():
-        torch_rank, torch_size = dist.get_rank(), dist.get_world_size()
-        if (torch_rank, torch_size) != (world.rank, world.size):
-            raise RuntimeError(
-                f"torch.distributed has rank {torch_rank} of {torch_size} but spattn's MPI world has rank "
-                f"{world.rank} of {world.size}: CPU tensors run over MPI, so launch with mpiexec (every "
-                "rank one MPI process) and call spattn.setup_distributed(); torchrun without mpiexec "
-                "is not supported for CPU tensors in this version")
-    return world
+    torch_initialized = dist.is_available() and dist.is_initialized()
+    if torch_initialized:
+        _check_torch_world_is_mpis(world)
+    if _is_world_group(group):
+        return world
+    communicator = _mpi_groups.get(group)
+    if communicator is not None:
+        return communicator
+    if not torch_initialized or not isinstance(group, dist.ProcessGroup):
+        raise ValueError(f"group={group!r} is not a torch.distributed process group; pass None (every rank) or "
+                         "a group from torch.distributed.new_group")
+    if dist.get_rank(group) < 0:
+        raise ValueError(f"this rank ({dist.get_rank()}) is not in group {group!r} (ranks "
+                         f"{dist.get_process_group_ranks(group)}): only its members may call with it")
+    # torch's world is MPI's (checked above), so the group's global ranks are MPI ranks.
+    communicator = world.over_ranks(dist.get_process_group_ranks(group))
+    _mpi_groups[group] = communicator
+    return communicator
 
 
 def nccl_communicator(group: Any, device: torch.device) -> Any:
@@ -103,40 +124,32 @@ def nccl_communicator(group: Any, device: torch.device) -> Any:
 
 
 def communicator_for(device: torch.device, group: Any) -> Any:
-    """The communicator that tensors on `device` run over for `group`: MPI's world for CPU
-    tensors, an NCCL communicator of the group for CUDA tensors."""
+    """The communicator that tensors on `device` run over for `group`: an MPI communicator of the
+    group's ranks for CPU tensors, an NCCL communicator of the group for CUDA tensors."""
     if device.type == "cuda":
         return nccl_communicator(group, device)
     if device.type != "cpu":
         raise ValueError(f"tensors on {device}; allowed: cpu (over MPI) and cuda (over NCCL)")
-    return checked_world(group)
+    return mpi_communicator(group)
 
 
 def group_size(group: Any) -> int:
     """The ranks of `group`: torch.distributed's count where it is initialized, else MPI's world."""
     if dist.is_available() and dist.is_initialized():
         return dist.get_world_size(group)
-    return checked_world(group).size
+    return mpi_communicator(group).size
 
 
-_AGREED_ERRORS = {"ValueError": ValueError, "TypeError": TypeError}
-
-
-def raise_on_every_rank(error: Optional[Exception], communicator: Any, group: Any) -> None:
-    """Every rank's verdict on its own arguments, exchanged before any rank starts a collective of
-    the call: when any rank has an error, every rank raises it (ValueError or TypeError, naming the
-    rank), so that no rank is left waiting for one that gave up. One small collective per call:
-    over MPI for a call on the MPI world (CPU tensors), else over torch.distributed's `group` of
-    the call's (NCCL) communicator."""
-    mine = f"{type(error).__name__}|{error}" if error is not None else ""
-    if isinstance(communicator, _core.MpiCommunicator):
-        verdicts: List[Any] = [data.decode() for data in communicator.all_gather_bytes(mine.encode())]
-    else:
-        verdicts = [None] * dist.get_world_size(group)
-        dist.all_gather_object(verdicts, mine, group=group)
-    for rank, verdict in enumerate(verdicts):
-        if verdict:
-            kind, _, message = verdict.partition("|")
-            if error is not None:
-                raise error
-            raise _AGREED_ERRORS.get(kind, ValueError)(f"rank {rank}: {message}")
+def raise_on_every_rank(error: Optional[Exception], communicator: Any) -> None:
+    """Raises `error`, if any, so that no other rank is left waiting for this one: the C++ core
+    starts every plan's creation and call with an agreement of all ranks (one small collective),
+    and a rank with an error takes part in it as a refusal, so the other ranks' call raises
+    spattn.SpattnError naming this rank and the error. Costs nothing when there is no error."""
+    if error is None:
+        return
+    if communicator.size > 1:
+        try:
+            communicator.reject_call(f"{type(error).__name__}: {error}")
+        except _core.SpattnError:
+            pass  # the refusal's own echo; this rank raises its error itself
+    raise error

@@ -76,15 +76,18 @@ def _argument_error(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p
     return None
 
 
+# torch.compile runs the call eagerly (a graph break): dynamo cannot trace the C++ plan, and
+# inside a traced autograd.Function the current stream has no CUDA handle.
+@torch.compiler.disable
 def _attention(algorithm: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float,
                softmax_scale: Optional[float], causal: bool, window_size: Tuple[int, int],
                alibi_slopes: Optional[torch.Tensor], return_attn_probs: bool, group: Any) -> AttentionResult:
-    # Every rank learns of a bad argument on any rank before any of them starts the call's
-    # collectives (a bad shard may be on one rank only).
     device = q.device if isinstance(q, torch.Tensor) else torch.device("cpu")
     # A group or device that cannot work fails alike on every rank, before any exchange.
     communicator = communicator_for(device, group)
-    raise_on_every_rank(_argument_error(q, k, v, dropout_p, window_size, alibi_slopes), communicator, group)
+    # A bad argument may be on one rank only: that rank refuses in the agreement that starts the
+    # other ranks' call, so they raise too instead of waiting for it.
+    raise_on_every_rank(_argument_error(q, k, v, dropout_p, window_size, alibi_slopes), communicator)
     batch, local_seq, heads, head_dim = q.shape
     plan = get_plan(communicator, algorithm, batch=batch, local_seq=local_seq, heads=heads, kv_heads=k.shape[2],
                     head_dim=head_dim, dtype=dtype_name("q", q.dtype), causal=causal,

@@ -28,10 +28,11 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import torch
+import torch.distributed as dist
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, flash_attention_mask
 
-from .communicator import checked_world, raise_on_every_rank
+from .communicator import communicator_for, raise_on_every_rank
 from .functional import ATTENTION_FUNCTIONS
 from .layout import sequence_layout
 
@@ -40,10 +41,13 @@ def substitute_hf_flash_attn(group: Any = None, algorithm: str = "zigzag", name:
     """Registers spattn's `algorithm` under the attention implementation `name` of transformers and
     returns `name`; a model then uses it after model.set_attn_implementation(name) (or
     attn_implementation=name at from_pretrained / from_config). Calling it again with another
-    algorithm replaces the registration. `group`: None or torch.distributed.group.WORLD."""
+    algorithm replaces the registration. `group`: the torch.distributed group the sequence is split
+    over (None: every rank); the model's tensors may be on the CPU (over MPI) or on GPUs (NCCL)."""
     if algorithm not in ATTENTION_FUNCTIONS:
         raise ValueError(f"algorithm {algorithm!r} is not supported; allowed: {', '.join(ATTENTION_FUNCTIONS)}")
-    checked_world(group)
+    if group is not None and not isinstance(group, dist.ProcessGroup):
+        raise ValueError(f"group={group!r} is not a torch.distributed process group; pass None (every rank) or "
+                         "a group from torch.distributed.new_group")
 
     def attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                   attention_mask: Optional[torch.Tensor], dropout: float = 0.0, scaling: Optional[float] = None,
@@ -68,10 +72,17 @@ def spattn_attention_forward(module: torch.nn.Module,
                              algorithm: str, group: Any, **kwargs):
     """transformers' attention interface over spattn: returns (out (B, S_local, H, D), None)."""
     causal = module.is_causal if is_causal is None else bool(is_causal)
+    communicator = communicator_for(query.device, group)
     problem = (_unsupported_argument(query, key, attention_mask, dropout, softcap, kwargs)
-               or _wrong_positions(kwargs.get("position_ids"), algorithm, group, query.shape[2], query.shape[1],
-                                   key.shape[1], causal))
-    _raise_on_every_rank(problem, group)
+               or _wrong_positions(kwargs.get("position_ids"), algorithm, group, communicator, query.device,
+                                   query.shape[2], query.shape[1], key.shape[1], causal))
+    # A padded shard, say, may be on one rank only: every rank raises, none waits in the attention.
+    raise_on_every_rank(ValueError(problem) if problem else None, communicator)
+    if query.is_cuda and query.dtype == torch.float32 and torch.is_autocast_enabled("cuda"):
+        # Under autocast, rotary embeddings hand fp32 q and k on; the GPU kernels take 16-bit inputs,
+        # so they get autocast's dtype, as transformers' flash-attention path does.
+        dtype = torch.get_autocast_dtype("cuda")
+        query, key, value = (tensor.to(dtype) for tensor in (query, key, value))
     # transformers' sliding_window w lets a token see w tokens in all, itself included: flash-attn's (w-1, w-1).
     window = (-1, -1) if sliding_window is None else (sliding_window - 1, -1 if causal else sliding_window - 1)
     out = ATTENTION_FUNCTIONS[algorithm](query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
@@ -98,22 +109,18 @@ def _unsupported_argument(query: torch.Tensor, key: torch.Tensor, attention_mask
     return None
 
 
-def _wrong_positions(position_ids: Optional[torch.Tensor], algorithm: str, group: Any, local_seq: int, heads: int,
-                     kv_heads: int, causal: bool) -> Optional[str]:
+def _wrong_positions(position_ids: Optional[torch.Tensor], algorithm: str, group: Any, communicator: Any,
+                     device: torch.device, local_seq: int, heads: int, kv_heads: int, causal: bool) -> Optional[str]:
     """Rotary embeddings are computed from position_ids before attention, so wrong ones would go
     unnoticed there; None when they are this rank's global positions (or the model passes none on)."""
     if position_ids is None:
         return None
-    world = checked_world(group)
-    layout = sequence_layout(algorithm, local_seq * world.size, heads, kv_heads, causal=causal, group=group)
-    if position_ids.shape[-1] == local_seq and bool((position_ids == layout.positions(world.rank)).all()):
+    rank = communicator.rank
+    layout = sequence_layout(algorithm, local_seq * communicator.size, heads, kv_heads, causal=causal, group=group,
+                             device=device)
+    expected = layout.positions(rank).to(position_ids.device)
+    if position_ids.shape[-1] == local_seq and bool((position_ids == expected).all()):
         return None
-    chunks = [(position, length) for position, length, _ in layout.chunks(world.rank)]
+    chunks = [(position, length) for position, length, _ in layout.chunks(rank)]
     return (f"position_ids are not the global positions of this rank's tokens in the {layout.name} layout "
             f"((start, length) chunks {chunks}); pass position_ids=layout.positions(rank)[None]")
-
-
-def _raise_on_every_rank(problem: Optional[str], group: Any) -> None:
-    """Raises ValueError on every rank when any rank has a problem (a padded shard, say, may be on one
-    rank only), so that no rank is left waiting in the attention for the others."""
-    raise_on_every_rank(ValueError(problem) if problem else None, checked_world(group), group)

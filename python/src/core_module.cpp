@@ -7,6 +7,7 @@
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
+#include <nanobind/stl/unique_ptr.h>
 #include <nanobind/stl/vector.h>
 
 #include <algorithm>
@@ -210,14 +211,28 @@ NB_MODULE(_core, m) {
   nb::class_<Communicator>(m, "Communicator", "A group of ranks that spattn's plans transfer over.")
       .def_prop_ro("rank", &Communicator::rank)
       .def_prop_ro("size", &Communicator::size)
-      .def_prop_ro("device", [](const Communicator& communicator) { return device_name(communicator.device()); });
+      .def_prop_ro("device", [](const Communicator& communicator) { return device_name(communicator.device()); })
+      .def(
+          "reject_call",
+          [](Communicator& communicator, const std::string& error) {
+            SPATTN_CHECK(!error.empty(), "reject_call needs the reason: an empty error would accept the call");
+            agree_on_call(communicator, error, {});
+          },
+          "error"_a, nb::call_guard<nb::gil_scoped_release>(),
+          "This rank's part in the agreement that starts every plan's creation and call on the other "
+          "ranks, as a refusal: their calls raise SpattnError naming this rank and `error`, instead "
+          "of waiting for it; this one raises SpattnError with `error`.");
 
   nb::class_<MpiCommunicator, Communicator>(m, "MpiCommunicator",
-                              "spattn's communicator over MPI_COMM_WORLD (initializes MPI when nobody has).")
+                              "spattn's communicator over MPI_COMM_WORLD (initializes MPI when nobody has), or over some of "
+                              "its ranks (over_ranks).")
       .def(
           "__init__", [](MpiCommunicator* self) { new (self) MpiCommunicator(); },
           nb::call_guard<nb::gil_scoped_release>())
       .def("barrier", &MpiCommunicator::barrier, nb::call_guard<nb::gil_scoped_release>())
+      .def("over_ranks", &MpiCommunicator::over_ranks, "ranks"_a, nb::call_guard<nb::gil_scoped_release>(),
+           "A communicator over these ranks of this one (rank i of it is ranks[i]), collective over "
+           "them only: every listed rank calls it with the same list, the others need not.")
       .def("all_gather_bytes", &all_gather_bytes, "data"_a,
            "Every rank's bytes, in rank order (collective; any lengths).");
 

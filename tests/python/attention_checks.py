@@ -1,5 +1,6 @@
 """What the accuracy tests share: inputs, the fp64 reference, the single-rank baseline, running a
-wrapper on this rank's shard and gathering its results, and the project's accuracy criterion."""
+wrapper on this rank's shard and gathering its results, the project's accuracy criterion, and the
+errors a refusal on one rank raises on every rank."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import os
 from dataclasses import dataclass
 from typing import Callable, Dict, Optional, Tuple
 
+import pytest
 import torch
 import torch.distributed as dist
 
@@ -161,3 +163,11 @@ def accuracy_failures(distributed_results, single_rank_results, reference_result
         if not (math.isfinite(error) and math.isfinite(bound) and error <= bound):
             failures[name] = f"distributed error {error:.3g} > bound {bound:.3g} (single rank {baseline:.3g})"
     return failures
+
+
+def raises_on_every_rank(bad_rank: int, message: str):
+    """pytest.raises for a call that `bad_rank` alone refuses with ValueError(message): that rank
+    raises it, and the others, which must not be left waiting, raise spattn.SpattnError naming it."""
+    if dist.get_rank() == bad_rank:
+        return pytest.raises(ValueError, match=message)
+    return pytest.raises(spattn.SpattnError, match=f"rank {bad_rank} rejected the call: ValueError: {message}")

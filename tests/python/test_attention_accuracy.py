@@ -68,3 +68,20 @@ def test_packed_wrapper_matches_reference(name, causal):
 @pytest.mark.parametrize("name", ["ring_flash_attn_func", "zigzag_ring_flash_attn_func"])
 def test_sliding_window_and_scale_match_reference(name):
     check_wrapper(name, torch.float32, causal=True, window=(5, -1), softmax_scale=0.3)
+
+
+def test_groups_of_some_ranks_run_side_by_side():
+    # The first half of the ranks (rounded up) and the rest each split their own sequence: a
+    # communicator per group, made by its members only, and no traffic between the groups.
+    world_size = dist.get_world_size()
+    halves = [list(range((world_size + 1) // 2)), list(range((world_size + 1) // 2, world_size))]
+    groups = [dist.new_group(ranks) if ranks else None for ranks in halves]  # collective: every rank makes both
+    mine = groups[0] if dist.get_rank() in halves[0] else groups[1]
+    problem = Problem(batch=1, seq=SEQ, heads=4, kv_heads=2, head_dim=16, dtype=torch.float32, causal=True)
+    seed = fresh_seed()
+    inputs = full_inputs(problem, seed)
+    layout = spattn.sequence_layout("zigzag", SEQ, problem.heads, problem.kv_heads, causal=True, group=mine)
+    assert layout.ranks == dist.get_world_size(mine)
+    results = distributed(spattn.zigzag_ring_flash_attn_func, "separate", layout, problem, inputs, group=mine)
+    failures = accuracy_failures(results, single_rank(problem, inputs), reference(problem, inputs))
+    assert not failures, f"zigzag over a group of {layout.ranks} of {world_size} ranks, seed {seed}: {failures}"

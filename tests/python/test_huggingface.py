@@ -1,8 +1,9 @@
 """Tiny randomly initialized Llama and Mistral (sliding window) models on spattn through
-spattn.huggingface: the loss and every parameter's gradient of the distributed model (each rank
-feeds its shard of the sequence with global position_ids) against the fp64 model on the whole sequence with eager attention, by the project's
-criterion: distributed error <= 2 x the error of the fp32 single-process model + a tiny floor.
-Also the arguments the substitute cannot take raise ValueError on every rank."""
+spattn.huggingface: the loss, each token's loss and every parameter's gradient of the distributed
+model (each rank feeds its shard of the sequence with global position_ids) against the fp64 model
+on the whole sequence with eager attention, by the project's criterion: distributed error <= 2 x
+the error of the fp32 single-process model + a tiny floor. Also the arguments the substitute cannot
+take raise an error on every rank (ValueError where they are, spattn.SpattnError elsewhere)."""
 
 import copy
 import math
@@ -15,7 +16,7 @@ import torch.distributed as dist
 from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
 
 import spattn
-from attention_checks import RELATIVE_FLOOR, fresh_seed, max_error
+from attention_checks import RELATIVE_FLOOR, fresh_seed, max_error, raises_on_every_rank
 from spattn.huggingface import substitute_hf_flash_attn
 
 # 24 tokens split at 1, 2 and 3 ranks for every strategy (hamilton: S % 2N(N-1), zigzag: S % 2N).
@@ -46,33 +47,47 @@ def next_token_targets(input_ids: torch.Tensor) -> torch.Tensor:
     return torch.cat([input_ids[:, 1:], torch.full_like(input_ids[:, :1], IGNORE)], dim=1)
 
 
-def summed_token_loss(model: torch.nn.Module, input_ids: torch.Tensor, targets: torch.Tensor,
-                      position_ids: torch.Tensor) -> torch.Tensor:
+def token_losses(model: torch.nn.Module, input_ids: torch.Tensor, targets: torch.Tensor,
+                 position_ids: torch.Tensor) -> torch.Tensor:
+    """(B, S): each token's cross-entropy loss (0 where the target is IGNORE)."""
     logits = model(input_ids=input_ids, position_ids=position_ids, use_cache=False).logits  # (B, S, V)
-    return torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="sum",
-                                             ignore_index=IGNORE)
+    return torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none",
+                                             ignore_index=IGNORE).view(targets.shape)
 
 
-def whole_sequence_results(model: torch.nn.Module, input_ids: torch.Tensor) -> Dict[str, torch.Tensor]:
-    """Loss (mean over predicted tokens) and parameter gradients of one process on the whole sequence."""
-    targets = next_token_targets(input_ids)
-    loss = summed_token_loss(model, input_ids, targets, torch.arange(SEQ)[None]) / (targets != IGNORE).sum()
+def whole_sequence_results(model: torch.nn.Module, input_ids: torch.Tensor,
+                           device: str = "cpu") -> Dict[str, torch.Tensor]:
+    """Loss (mean over predicted tokens), each token's loss and the parameter gradients of one
+    process on the whole sequence (the model is on `device`; on CUDA it runs under bf16 autocast, as
+    mixed-precision training does)."""
+    targets = next_token_targets(input_ids).to(device)
+    with torch.autocast("cuda", torch.bfloat16, enabled=device == "cuda"):
+        losses = token_losses(model, input_ids.to(device), targets, torch.arange(SEQ, device=device)[None])
+    loss = losses.sum() / (targets != IGNORE).sum()
     loss.backward()
-    return {"loss": loss.detach().double(), **{name: p.grad.double() for name, p in model.named_parameters()}}
+    return {"loss": loss.detach().double(), "token_losses": losses.detach().double(),
+            **{name: p.grad.double() for name, p in model.named_parameters()}}
 
 
-def distributed_results(model: torch.nn.Module, layout: spattn.SequenceLayout,
-                        input_ids: torch.Tensor) -> Dict[str, torch.Tensor]:
+def distributed_results(model: torch.nn.Module, layout: spattn.SequenceLayout, input_ids: torch.Tensor,
+                        device: str = "cpu") -> Dict[str, torch.Tensor]:
     """The same on this rank's shard: every rank divides its summed token loss by the global count,
-    so the sums over ranks (all_reduce) are the whole sequence's loss and gradients."""
+    so the sums over ranks (all_reduce) are the whole sequence's loss and gradients; the token
+    losses are gathered from every rank's shard."""
     rank = dist.get_rank()
+    input_ids = input_ids.to(device)
     targets = next_token_targets(input_ids)
-    local_loss = summed_token_loss(model, layout.shard(input_ids, rank), layout.shard(targets, rank),
-                                   layout.positions(rank)[None]) / (targets != IGNORE).sum()
+    with torch.autocast("cuda", torch.bfloat16, enabled=device == "cuda"):
+        losses = token_losses(model, layout.shard(input_ids, rank), layout.shard(targets, rank),
+                              layout.positions(rank).to(device)[None])  # (B, S_local)
+    local_loss = losses.sum() / (targets != IGNORE).sum()
     local_loss.backward()
     results = {"loss": local_loss.detach().double(), **{name: p.grad.double() for name, p in model.named_parameters()}}
     for tensor in results.values():
         dist.all_reduce(tensor)
+    shards = [torch.empty_like(losses) for _ in range(dist.get_world_size())]
+    dist.all_gather(shards, losses.detach().contiguous())
+    results["token_losses"] = layout.unshard(shards).double()  # (B, S)
     return results
 
 
@@ -122,9 +137,10 @@ def test_padding_on_one_rank_is_rejected_on_every_rank():
     model = tiny_model(0, substitute_hf_flash_attn(algorithm="zigzag"))
     local_seq = SEQ // dist.get_world_size()
     attention_mask = torch.ones(BATCH, local_seq, dtype=torch.long)
-    if dist.get_rank() == dist.get_world_size() - 1:
+    last = dist.get_world_size() - 1
+    if dist.get_rank() == last:
         attention_mask[0, -1] = 0  # a padded token in the last rank's shard only
-    with pytest.raises(ValueError, match="no attention mask"):
+    with raises_on_every_rank(last, "spattn attention takes no attention mask"):
         run_zigzag_shard(model, attention_mask=attention_mask)
     run_zigzag_shard(model, attention_mask=torch.ones(BATCH, local_seq, dtype=torch.long))  # all ones: no padding
 

@@ -1,6 +1,6 @@
 """The wrappers on CUDA tensors over NCCL: every strategy's out, lse and gradients against the
 fp64 reference next to one GPU running the whole sequence (cuDNN), on torch's current stream,
-over any process group, and under torch.compile."""
+over any process group, under torch.compile, and a bad argument on one rank failing every rank."""
 
 import pytest
 import torch
@@ -8,7 +8,7 @@ import torch.distributed as dist
 
 import spattn
 from attention_checks import (Problem, accuracy_failures, distributed, fresh_seed, full_inputs, max_error,
-                              reference, single_rank)
+                              raises_on_every_rank, reference, single_rank)
 
 SEQ = 48  # splits for every strategy at 1 and 2 ranks (hamilton: S % 2N(N-1))
 FUNCTIONS = ["ring", "zigzag", "ulysses", "hamilton", "allgather", "usp"]
@@ -87,3 +87,18 @@ def test_torch_compile_over_a_wrapper():
     assert torch.equal(compiled, eager)
     for got, want in zip(compiled_grads, eager_grads):
         assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("new_group", [False, True], ids=["world", "new-group"])
+def test_a_bad_argument_on_one_rank_fails_every_rank(new_group):
+    # dropout on the last rank only: it refuses in the agreement that starts the other ranks' call,
+    # so they raise too instead of waiting for it in the call's collectives.
+    group = dist.new_group(list(range(dist.get_world_size()))) if new_group else None
+    heads = 2 * dist.get_world_size()
+    q, k, v = (torch.randn(1, 8, heads, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    last = dist.get_world_size() - 1
+    dropout = 0.1 if dist.get_rank() == last else 0.0
+    with raises_on_every_rank(last, "dropout_p=0.1 is not supported"):
+        spattn.zigzag_ring_flash_attn_func(q, k, v, dropout_p=dropout, causal=True, group=group)
+    out = spattn.zigzag_ring_flash_attn_func(q, k, v, causal=True, group=group)  # the next call runs
+    assert torch.isfinite(out).all()

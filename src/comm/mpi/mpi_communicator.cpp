@@ -158,6 +158,32 @@ std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {
   return communicator;
 }
 
+std::unique_ptr<MpiCommunicator> MpiCommunicator::over_ranks(const std::vector<int>& ranks) {
+  std::vector<bool> listed(static_cast<std::size_t>(state_->size), false);
+  for (const int rank : ranks) {
+    SPATTN_CHECK(rank >= 0 && rank < state_->size,
+                 "rank " << rank << " in the list is not a rank of this communicator; allowed: 0 to " << state_->size - 1);
+    SPATTN_CHECK(!listed[static_cast<std::size_t>(rank)], "rank " << rank << " is listed twice; each rank at most once");
+    listed[static_cast<std::size_t>(rank)] = true;
+  }
+  SPATTN_CHECK(listed[static_cast<std::size_t>(state_->rank)],
+               "this rank (" << state_->rank << ") is not in the list of " << ranks.size()
+                             << " ranks: only the listed ranks call over_ranks");
+  MPI_Group all = MPI_GROUP_NULL;
+  MPI_Group chosen = MPI_GROUP_NULL;
+  MPI_Comm part = MPI_COMM_NULL;
+  check_mpi(MPI_Comm_group(state_->comm, &all), "MPI_Comm_group");
+  int status = MPI_Group_incl(all, static_cast<int>(ranks.size()), ranks.data(), &chosen);
+  if (status == MPI_SUCCESS) status = MPI_Comm_create_group(state_->comm, chosen, kTransferTag, &part);
+  MPI_Group_free(&all);
+  if (chosen != MPI_GROUP_NULL) MPI_Group_free(&chosen);
+  check_mpi(status, "MPI_Comm_create_group");
+  auto communicator = std::make_unique<MpiCommunicator>(&part);
+  // The new communicator holds its own duplicate; this handle is ours to free.
+  MPI_Comm_free(&part);
+  return communicator;
+}
+
 void MpiCommunicator::wait(PendingTransfer& transfer) {
   auto& pending = dynamic_cast<MpiPendingTransfer&>(transfer);
   std::vector<MPI_Request> requests;
