@@ -11,7 +11,8 @@ namespace spattn {
 
 /// A Communicator over an MPI communicator. Initializes MPI when nobody has (and finalizes it
 /// at exit in that case); duplicates the given communicator so spattn's traffic never meets
-/// the caller's.
+/// the caller's. Waits poll against a deadline, so a missing peer becomes an Error, not a hang;
+/// SPATTN_FAULT (see src/comm/fault_injection.hpp) makes a chosen rank die or stall for tests.
 class MpiCommunicator final : public Communicator {
  public:
   /// Over MPI_COMM_WORLD.
@@ -26,6 +27,13 @@ class MpiCommunicator final : public Communicator {
   int rank() const override;
   int size() const override;
   Device device() const override { return Device::cpu(); }
+
+  /// How long wait(), barrier() and host_all_gather() wait for peers before they throw Error
+  /// naming the ranks still missing (a peer died or stalled); the communicator cannot be used
+  /// again after that. Set from SPATTN_TIMEOUT (seconds, default 600) when it is made; a split
+  /// communicator takes its parent's.
+  double timeout_seconds() const;
+  void set_timeout_seconds(double seconds);
 
   std::unique_ptr<PendingTransfer> start(const TransferBatch& batch) override;
   std::unique_ptr<PendingTransfer> start_all_to_all(const void* send, void* receive,

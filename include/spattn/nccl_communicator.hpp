@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <memory>
 
+#include "spattn/communication_timeout.hpp"
 #include "spattn/communicator.hpp"
 
 struct CUstream_st;  // cudaStream_t is CUstream_st*
@@ -32,25 +33,24 @@ NcclUniqueIdBytes make_nccl_unique_id();
 ///
 /// The control plane (host_all_gather, barrier) goes through a small device buffer and blocks.
 /// Initialization is nonblocking inside NCCL and polled: when it, or a blocking control-plane
-/// call, takes longer than the timeout the communicator is aborted and an Error is thrown.
+/// call, takes longer than the timeout (default: SPATTN_TIMEOUT, else 600 s) the communicator is
+/// aborted and an Error is thrown.
 class NcclCommunicator final : public Communicator {
  public:
   /// Over every rank of `bootstrap` (a host communicator, e.g. an MpiCommunicator), with the same
   /// ranks: its rank 0 makes the unique id and bootstrap.host_all_gather carries it. Collective
   /// over `bootstrap`, which is needed only during the constructor.
-  NcclCommunicator(Communicator& bootstrap, int device_index, double timeout_seconds = kDefaultTimeoutSeconds);
+  NcclCommunicator(Communicator& bootstrap, int device_index, double timeout_seconds = communication_timeout_seconds());
   /// Rank `rank` of `size` ranks that all pass the same `unique_id` (see make_nccl_unique_id).
   NcclCommunicator(int rank, int size, const NcclUniqueIdBytes& unique_id, int device_index,
-                   double timeout_seconds = kDefaultTimeoutSeconds);
+                   double timeout_seconds = communication_timeout_seconds());
   /// Over a caller's communicator (an ncclComm_t), which stays the caller's: it is neither
   /// finalized nor destroyed here. Its GPU is the one it was created on.
-  explicit NcclCommunicator(ncclComm* borrowed_comm, double timeout_seconds = kDefaultTimeoutSeconds);
+  explicit NcclCommunicator(ncclComm* borrowed_comm, double timeout_seconds = communication_timeout_seconds());
   ~NcclCommunicator() override;
   NcclCommunicator(const NcclCommunicator&) = delete;
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
 
-  /// Seconds that initialization or a blocking call may take before the communicator is aborted.
-  static constexpr double kDefaultTimeoutSeconds = 600.0;
 
   /// The stream whose work produces the send buffers and consumes the received ones.
   /// Default: the legacy default stream.

@@ -84,7 +84,7 @@ class AllGatherStrategy final : public Strategy {
     agree_on_call(comm, forward_arguments_error(shape, local_seq, kernels->device(), q, k, v, out, lse),
                   call_signature(kAllGatherStrategyId, shape, options));
     ensure_workspace(/*backward=*/false);
-    ProfileRecorder recorder(profile, groups, *kernels);
+    ProfileRecorder recorder(profile, groups, *kernels, "forward");
     std::unique_ptr<PendingTransfer> gather;
     recorder.compute(0, [&] { gather = start_gather(k, v, 0, recorder, 0); });
     for (int group = 0; group < groups; ++group) {
@@ -106,7 +106,7 @@ class AllGatherStrategy final : public Strategy {
                   backward_arguments_error(shape, local_seq, kernels->device(), q, k, v, out, lse, dout, dq, dk, dv),
                   call_signature(kAllGatherStrategyId, shape, options));
     ensure_workspace(/*backward=*/true);
-    ProfileRecorder recorder(profile, groups, *kernels);
+    ProfileRecorder recorder(profile, groups, *kernels, "backward");
     std::unique_ptr<PendingTransfer> gather, reduction;
     recorder.compute(0, [&] {
       kernels->prepare_backward_delta(out, dout, delta);

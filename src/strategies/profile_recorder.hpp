@@ -5,9 +5,11 @@
 // time is the device's; a call without a Profile never synchronizes.
 
 #include <chrono>
+#include <string>
 #include <utility>
 
 #include "kernels/block_kernels.hpp"
+#include "spattn/error.hpp"
 #include "spattn/profile.hpp"
 
 namespace spattn {
@@ -17,8 +19,9 @@ class ProfileRecorder {
   using Clock = std::chrono::steady_clock;
 
   /// Starts the call's clock once the work queued before the call has run; `profile` may be
-  /// null (then nothing is recorded).
-  ProfileRecorder(Profile* profile, int steps, BlockKernels& kernels) : profile_(profile), kernels_(kernels) {
+  /// null (then nothing is recorded). `call` ("forward" or "backward") names the call in errors.
+  ProfileRecorder(Profile* profile, int steps, BlockKernels& kernels, const char* call)
+      : profile_(profile), kernels_(kernels), steps_(steps), call_(call) {
     if (profile_) kernels_.synchronize();
     call_start_ = Clock::now();
     if (!profile_) return;
@@ -32,10 +35,16 @@ class ProfileRecorder {
     timed(step, &StepTiming::compute_ms, &Profile::compute_ms, std::forward<Work>(work));
   }
 
-  /// Runs `wait`, counting its time as waiting on communication in `step`.
+  /// Runs `wait`, counting its time as waiting on communication in `step`. An Error from it (a
+  /// peer that never came) gets the step it happened at, which says how far the call got.
   template <typename Wait>
   void communication(int step, Wait&& wait) {
-    timed(step, &StepTiming::comm_wait_ms, &Profile::comm_wait_ms, std::forward<Wait>(wait));
+    try {
+      timed(step, &StepTiming::comm_wait_ms, &Profile::comm_wait_ms, std::forward<Wait>(wait));
+    } catch (const Error& error) {
+      throw Error(std::string(error.what()) + " (at step " + std::to_string(step) + " of the " + call_ + "'s steps 0-" +
+                  std::to_string(steps_ - 1) + ")");
+    }
   }
 
   /// Counts a transfer started at `step`: `bytes` of payload in `messages` messages.
@@ -91,6 +100,8 @@ class ProfileRecorder {
 
   Profile* profile_;
   BlockKernels& kernels_;
+  int steps_;
+  const char* call_;
   Clock::time_point call_start_;
 };
 

@@ -72,7 +72,7 @@ class RotationStrategy final : public Strategy {
     agree_on_call(comm, forward_arguments_error(shape, local_seq(), kernels->device(), q, k, v, out, lse),
                   call_signature(strategy, shape, options));
     ensure_forward_workspace();
-    ProfileRecorder recorder(profile, ranks, *kernels);
+    ProfileRecorder recorder(profile, ranks, *kernels, "forward");
     int current = 0;
     recorder.compute(0, [&] {
       fill_own_slots(k, v, rotating_kv[current]);
@@ -103,7 +103,7 @@ class RotationStrategy final : public Strategy {
                   backward_arguments_error(shape, local_seq(), kernels->device(), q, k, v, out, lse, dout, dq, dk, dv),
                   call_signature(strategy, shape, options));
     ensure_backward_workspace();
-    ProfileRecorder recorder(profile, ranks, *kernels);
+    ProfileRecorder recorder(profile, ranks, *kernels, "backward");
     int current = 0;
     recorder.compute(0, [&] {
       fill_own_slots(k, v, rotating_kv[current]);

@@ -205,7 +205,7 @@ class UlyssesStrategy final : public Strategy {
     // groups waiting in the inner strategy.
     agree_on_call(world, forward_arguments_error(shape, local_seq, kernels->device(), q, k, v, out, lse), signature);
     ensure_forward_workspace();
-    ProfileRecorder recorder(profile, kSteps, *kernels);
+    ProfileRecorder recorder(profile, kSteps, *kernels, "forward");
 
     recorder.compute(kToHeadsStep, [&] { pack_inputs(forward_inputs, q, k, v); });
     exchange(recorder, kToHeadsStep, forward_inputs);
@@ -238,7 +238,7 @@ class UlyssesStrategy final : public Strategy {
                   backward_arguments_error(shape, local_seq, kernels->device(), q, k, v, out, lse, dout, dq, dk, dv),
                   signature);
     ensure_backward_workspace();
-    ProfileRecorder recorder(profile, kSteps, *kernels);
+    ProfileRecorder recorder(profile, kSteps, *kernels, "backward");
 
     recorder.compute(kToHeadsStep, [&] {
       pack_inputs(backward_inputs, q, k, v);

@@ -9,6 +9,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 SPATTN = None
@@ -61,9 +62,11 @@ def reference(q, k, v, B, S, H, HK, D, causal):
     return out, lse
 
 
-def spattn(ranks, *arguments):
-    command = ["mpirun", "--oversubscribe", "-np", str(ranks), SPATTN, *arguments]
-    return subprocess.run(command, capture_output=True, text=True, env=ENV, timeout=300)
+def spattn(ranks, *arguments, environment=None, launcher_options=()):
+    """`mpirun -np ranks spattn arguments`, with `environment` exported to every rank."""
+    exported = [option for name in (environment or {}) for option in ("-x", name)]
+    command = ["mpirun", "--oversubscribe", *launcher_options, *exported, "-np", str(ranks), SPATTN, *arguments]
+    return subprocess.run(command, capture_output=True, text=True, env=dict(ENV, **(environment or {})), timeout=300)
 
 
 class NpyInputsAndOutputs(unittest.TestCase):
@@ -147,6 +150,48 @@ class ExitStatus(unittest.TestCase):
         self.assertEqual(result.returncode, 0)
         self.assertIn('"kernel_backends": ["cpu"', result.stdout)
         self.assertIn('"devices": ["cpu"', result.stdout)
+
+
+class FaultyRank(unittest.TestCase):
+    """SPATTN_FAULT kills or stalls rank 1 at its first transfer: every other rank prints that it
+    timed out (SPATTN_TIMEOUT), waiting for whom, at which step, and the job ends, instead of
+    hanging. Open MPI ends a job at once when a rank is killed, so the kill runs under
+    --enable-recovery, which leaves the other ranks to find out for themselves."""
+
+    TIMEOUT = 2
+
+    def run_with_fault(self, fault, ranks, algorithm, launcher_options=()):
+        started = time.monotonic()
+        result = spattn(ranks, "run", "--algo", algorithm, "--seq", "96", "--heads", "4", "--head-dim", "8",
+                        environment={"SPATTN_TIMEOUT": str(self.TIMEOUT), "SPATTN_FAULT": fault + ":1:0"},
+                        launcher_options=launcher_options)
+        elapsed = time.monotonic() - started
+        if not launcher_options:  # under --enable-recovery, mpirun's status is 0 whatever the ranks did
+            self.assertNotEqual(result.returncode, 0)
+        for rank in (0, 2, 3)[:ranks - 1]:
+            self.assertRegex(result.stderr, r"rank %d of %d timed out after %d s waiting for .* \(at step \d+ of the "
+                             r"forward's steps 0-\d+\)" % (rank, ranks, self.TIMEOUT))
+        # The timeout, the launcher's start and end, and the ranks sharing 2 cores.
+        self.assertLess(elapsed, self.TIMEOUT + 10, result.stderr)
+
+    def test_a_killed_rank_is_reported_by_every_other_rank(self):
+        for algorithm in ("zigzag", "ulysses"):
+            with self.subTest(algorithm=algorithm):
+                self.run_with_fault("kill", 4, algorithm, launcher_options=("--enable-recovery",))
+
+    def test_a_rank_stalled_for_ever_is_reported_and_the_job_ends(self):
+        for algorithm in ("ring", "allgather"):
+            with self.subTest(algorithm=algorithm):
+                self.run_with_fault("stall", 4, algorithm)
+
+    def test_bad_timeout_and_fault_values_name_the_allowed_form(self):
+        result = spattn(2, "run", environment={"SPATTN_TIMEOUT": "soon"})
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("SPATTN_TIMEOUT='soon' is not a timeout; allowed: a positive number of seconds", result.stderr)
+        result = spattn(2, "run", environment={"SPATTN_FAULT": "explode:1:0"})
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("SPATTN_FAULT='explode:1:0' is not a fault to inject; allowed: '<kill|stall>:<rank>:<step>",
+                      result.stderr)
 
 
 if __name__ == "__main__":

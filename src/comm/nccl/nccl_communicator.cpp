@@ -134,7 +134,7 @@ NcclUniqueIdBytes make_nccl_unique_id() {
 struct NcclCommunicator::State {
   ncclComm_t comm = nullptr;
   bool owned = false;
-  double timeout_seconds = kDefaultTimeoutSeconds;
+  double timeout_seconds = kDefaultCommunicationTimeoutSeconds;
   int rank = 0;
   int size = 1;
   int device_index = 0;
