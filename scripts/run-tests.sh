@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and runs every test: unit tests of the core, kernels and
-# program, the distributed tests under mpirun at 1 to 8 ranks, and the Python package's tests
-# (`pip install .`, then pytest under mpiexec at 1, 2 and 3 ranks).
+# program, the distributed tests under mpirun at 1 to 8 ranks, the Python package's tests
+# (`pip install .`, then pytest under mpiexec at 1, 2 and 3 ranks), and the C++ suites again
+# built with AddressSanitizer, LeakSanitizer and UndefinedBehaviorSanitizer.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$root/scripts/install-dependencies.sh"
@@ -14,3 +15,5 @@ ctest --output-on-failure --timeout 900
 cd "$root"
 CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" python3 -m pip install --quiet --root-user-action=ignore --no-build-isolation --no-deps "$root"
 bash "$root/tests/python/run-under-mpi.sh" 1 2 3
+
+bash "$root/scripts/run-sanitizers.sh"

@@ -1,14 +1,18 @@
 // spattn: run distributed exact attention under mpirun and check it; see `spattn help`.
 // Exit status: 0 success, 1 a runtime error or a failed --check, 2 a usage error.
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <iostream>
 #include <string>
+#include <thread>
 
 #include "cli_options.hpp"
 #include "info_command.hpp"
 #include "plan_command.hpp"
 #include "run_command.hpp"
+#include "spattn/communication_timeout.hpp"
 
 namespace {
 
@@ -24,6 +28,18 @@ bool is_first_rank() {
 // never came (the first rank may be that peer) and a stall that SPATTN_FAULT injected.
 bool is_this_ranks_own(const std::string& message) {
   return message.find(" timed out after ") != std::string::npos || message.find(" stalled for ") != std::string::npos;
+}
+
+// The first rank to end makes the launcher end the job, and with it the ranks still waiting out
+// their own timeout, which began up to a few steps later: give them that long to report too.
+void wait_for_the_others_to_report() {
+  constexpr double kLongestGraceSeconds = 5.0;
+  double timeout = kLongestGraceSeconds;
+  try {
+    timeout = spattn::communication_timeout_seconds();
+  } catch (const spattn::Error&) {  // a bad SPATTN_TIMEOUT was reported already
+  }
+  std::this_thread::sleep_for(std::chrono::duration<double>(std::min(timeout, kLongestGraceSeconds)));
 }
 
 }  // namespace
@@ -50,6 +66,7 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const spattn::Error& error) {
     if (is_first_rank() || is_this_ranks_own(error.what())) std::cerr << error.what() << std::endl;
+    if (is_this_ranks_own(error.what())) wait_for_the_others_to_report();
     return 1;
   } catch (const std::exception& error) {
     std::cerr << "spattn: unexpected failure: " << error.what() << "\n";
