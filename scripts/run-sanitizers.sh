@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the CPU code (no CUDA, no benchmarks) with AddressSanitizer, LeakSanitizer and
 # UndefinedBehaviorSanitizer into build-sanitize/ and runs every CTest suite there: the unit tests,
-# the distributed tests under mpirun at 1 to 8 ranks (the stalled-rank tests included) and the
-# program's end-to-end tests. Any finding fails the run. Leaks inside Open MPI, hwloc, PMIx and
+# the distributed tests under mpirun at 1 to 8 ranks (the stalled-rank tests included; without
+# the leak check, see below) and the program's end-to-end tests. Any finding fails the run. Leaks inside Open MPI, hwloc, PMIx and
 # OpenBLAS, which free their state at process end or never, are not spattn's: the suppressions
 # are in scripts/sanitizer-suppressions/.
 set -euo pipefail
@@ -22,4 +22,9 @@ export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:strict_string_checks=1:dete
 export LSAN_OPTIONS="suppressions=$suppressions/leaks.txt:print_suppressions=0"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 cd "$build"
-ctest --output-on-failure --timeout 1800
+ctest --output-on-failure --timeout 1800 --exclude-regex '^distributed_ranks_'
+# The distributed suites again without the leak check: at exit, LeakSanitizer's tracer crashes
+# (SIGSEGV) while it stops Open MPI's threads, in some runs at 4 ranks. The program's end-to-end
+# tests above run the strategies under mpirun with the leak check.
+ASAN_OPTIONS="${ASAN_OPTIONS/detect_leaks=1/detect_leaks=0}" ctest --output-on-failure --timeout 1800 \
+  --tests-regex '^distributed_ranks_'
