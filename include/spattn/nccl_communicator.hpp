@@ -51,7 +51,6 @@ class NcclCommunicator final : public Communicator {
   NcclCommunicator(const NcclCommunicator&) = delete;
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
 
-
   /// The stream whose work produces the send buffers and consumes the received ones.
   /// Default: the legacy default stream.
   void set_compute_stream(void* stream) override;

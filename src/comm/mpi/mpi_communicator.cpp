@@ -13,8 +13,8 @@
 #include <thread>
 #include <vector>
 
-#include "spattn/communication_timeout.hpp"
 #include "comm/fault_injection.hpp"
+#include "spattn/communication_timeout.hpp"
 #include "spattn/error.hpp"
 
 namespace spattn {
@@ -157,10 +157,16 @@ struct MpiCommunicator::State {
                                       << *broken << "); make a new one");
   }
 
-  // Starts counting a transfer for SPATTN_FAULT (and carries the fault out when it is this one).
-  void before_start() {
+  // A new transfer of `operation` with this communicator's timeout, counted for SPATTN_FAULT (which
+  // is carried out here when it is this one).
+  std::unique_ptr<MpiPendingTransfer> begin_transfer(const char* operation) {
     check_usable();
     before_transfer(fault.get(), process_rank);
+    auto pending = std::make_unique<MpiPendingTransfer>();
+    pending->operation = operation;
+    pending->timeout_seconds = timeout_seconds;
+    pending->communicator_broken = broken;
+    return pending;
   }
 
   void complete(std::vector<MPI_Request>& requests, const std::vector<RequestRole>& roles, const char* operation) {
@@ -238,11 +244,7 @@ void MpiCommunicator::set_timeout_seconds(double seconds) {
 }
 
 std::unique_ptr<PendingTransfer> MpiCommunicator::start(const TransferBatch& batch) {
-  state_->before_start();
-  auto pending = std::make_unique<MpiPendingTransfer>();
-  pending->operation = "a batch of sends and receives";
-  pending->timeout_seconds = state_->timeout_seconds;
-  pending->communicator_broken = state_->broken;
+  auto pending = state_->begin_transfer("a batch of sends and receives");
   pending->requests.reserve(batch.sends.size() + batch.receives.size());
   // Receives are posted first so that matching sends find them waiting.
   for (const PeerBuffer& receive : batch.receives) {
@@ -270,17 +272,11 @@ std::unique_ptr<PendingTransfer> MpiCommunicator::start(const TransferBatch& bat
 
 namespace {
 
-// Starts one nonblocking collective through `start` (which fills the request) as a transfer.
+// Starts one nonblocking collective through `start` (which fills the request) as `pending`.
 template <typename Start>
-std::unique_ptr<MpiPendingTransfer> start_collective(const char* operation, double timeout_seconds,
-                                                     std::shared_ptr<const std::string> communicator_broken,
-                                                     Start&& start) {
-  auto pending = std::make_unique<MpiPendingTransfer>();
-  pending->operation = operation;
-  pending->timeout_seconds = timeout_seconds;
-  pending->communicator_broken = std::move(communicator_broken);
+std::unique_ptr<MpiPendingTransfer> start_collective(std::unique_ptr<MpiPendingTransfer> pending, Start&& start) {
   MPI_Request request;
-  check_mpi(start(&request), operation);
+  check_mpi(start(&request), pending->operation);
   pending->requests.push_back(request);
   pending->roles.push_back({RequestRole::Kind::collective, -1});
   return pending;
@@ -290,27 +286,27 @@ std::unique_ptr<MpiPendingTransfer> start_collective(const char* operation, doub
 
 std::unique_ptr<PendingTransfer> MpiCommunicator::start_all_to_all(const void* send, void* receive,
                                                                    std::size_t bytes_per_rank) {
-  state_->before_start();
+  auto pending = state_->begin_transfer("MPI_Ialltoall");
   const int count = checked_count(bytes_per_rank);
-  return start_collective("MPI_Ialltoall", state_->timeout_seconds, state_->broken, [&](MPI_Request* request) {
+  return start_collective(std::move(pending), [&](MPI_Request* request) {
     return MPI_Ialltoall(send, count, MPI_BYTE, receive, count, MPI_BYTE, state_->comm, request);
   });
 }
 
 std::unique_ptr<PendingTransfer> MpiCommunicator::start_all_gather(const void* send, void* receive,
                                                                    std::size_t bytes_per_rank) {
-  state_->before_start();
+  auto pending = state_->begin_transfer("MPI_Iallgather");
   const int count = checked_count(bytes_per_rank);
-  return start_collective("MPI_Iallgather", state_->timeout_seconds, state_->broken, [&](MPI_Request* request) {
+  return start_collective(std::move(pending), [&](MPI_Request* request) {
     return MPI_Iallgather(send, count, MPI_BYTE, receive, count, MPI_BYTE, state_->comm, request);
   });
 }
 
 std::unique_ptr<PendingTransfer> MpiCommunicator::start_reduce_scatter_sum(const float* send, float* receive,
                                                                           std::size_t floats_per_rank) {
-  state_->before_start();
+  auto pending = state_->begin_transfer("MPI_Ireduce_scatter_block");
   const int count = checked_count(floats_per_rank * sizeof(float)) / static_cast<int>(sizeof(float));
-  return start_collective("MPI_Ireduce_scatter_block", state_->timeout_seconds, state_->broken, [&](MPI_Request* request) {
+  return start_collective(std::move(pending), [&](MPI_Request* request) {
     return MPI_Ireduce_scatter_block(send, receive, count, MPI_FLOAT, MPI_SUM, state_->comm, request);
   });
 }
