@@ -1,7 +1,11 @@
 // Distributed attention throughput on GPUs, per GPU and as a share of one GPU's: every strategy
 // against the ideal, which is one GPU running the whole global sequence with the same block
 // kernel (DistributedAttention at one rank: a single cuDNN block, no communication). Rows
-// `cudnn_call_one_gpu` time that cuDNN call alone, without the plan's merges and copies.
+// `cudnn_call_one_gpu` time that cuDNN call alone, without the plan's merges and copies; rows
+// `spattn_local_shard` one GPU on one rank's shard alone (tokens per GPU, no communication).
+// Peak MiB (peak_memory_mib in the CSV): device memory of forward+backward at its peak on the
+// rank that needs most, spattn's own (memory_statistics: workspaces, cuDNN's) plus the caller's
+// tensors (q, k, v, out, lse, dout, dq, dk, dv).
 //
 //   mpirun -np N spattn_gpu_bench [--algos ring,zigzag,ulysses,hamilton,allgather,usp]
 //       [--tokens-per-gpu 8192,32768,65536] [--heads 32] [--kv-heads 32,8] [--head-dim 128]
@@ -34,6 +38,7 @@
 #include "spattn/device_memory.hpp"
 #include "spattn/distributed_attention.hpp"
 #include "spattn/error.hpp"
+#include "spattn/memory_statistics.hpp"
 #include "spattn/mpi_communicator.hpp"
 
 namespace spattn {
@@ -147,6 +152,7 @@ class BenchTensor {
     }
   }
   const TensorView& view() const { return view_; }
+  std::size_t bytes() const { return memory_.bytes(); }
 
  private:
   // Rounds `value` into element `index` of a host buffer of `dtype`.
@@ -186,14 +192,25 @@ double time_calls(Communicator& world, const Device& device, int warmup, int ite
 struct PassTimes {
   double forward_ms = 0;
   double forward_backward_ms = 0;
+  double peak_mib = 0;  // device memory of forward+backward at its peak, the most over ranks
 };
+
+// Device memory that the calls since `before` held at their peak, in MiB, the most over the
+// ranks of `world`: spattn's own at its peak (workspaces, cuDNN's included) plus the caller's
+// tensors of `tensor_bytes`.
+double peak_mib(Communicator& world, const Device& device, const MemoryStatistics& before, std::size_t tensor_bytes) {
+  const double workspace = static_cast<double>(memory_statistics(device).peak_bytes_in_use - before.bytes_in_use);
+  return slowest(world, (workspace + static_cast<double>(tensor_bytes)) / (1 << 20));
+}
 
 // Forward and forward+backward of `algorithm` over `communicator` at `shape`.
 PassTimes time_strategy(Communicator& world, Communicator& communicator, Algorithm algorithm,
                         const AttentionShape& shape, const AttentionOptions& attention, const BenchOptions& options) {
   StrategyOptions strategy_options;
-  DistributedAttention plan(communicator, algorithm, shape, attention, strategy_options);
   const Device device = communicator.device();
+  const MemoryStatistics before = memory_statistics(device);
+  reset_peak_memory(device);
+  DistributedAttention plan(communicator, algorithm, shape, attention, strategy_options);
   const int64_t local = plan.layout().local_length();
   const int64_t B = shape.batch, H = shape.heads, HK = shape.kv_heads, D = shape.head_dim;
   const uint64_t seed = 17 + static_cast<uint64_t>(communicator.rank()) * 101;
@@ -210,6 +227,9 @@ PassTimes time_strategy(Communicator& world, Communicator& communicator, Algorit
   PassTimes times;
   times.forward_ms = time_calls(world, device, options.warmup, options.iterations, forward);
   times.forward_backward_ms = time_calls(world, device, options.warmup, options.iterations, forward_backward);
+  std::size_t tensor_bytes = 0;
+  for (const BenchTensor* tensor : {&q, &k, &v, &dout, &out, &dq, &dk, &dv, &lse}) tensor_bytes += tensor->bytes();
+  times.peak_mib = peak_mib(world, device, before, tensor_bytes);
   return times;
 }
 
@@ -217,6 +237,8 @@ PassTimes time_strategy(Communicator& world, Communicator& communicator, Algorit
 // no merge, conversion or plan around it: how much of the ideal's time is cuDNN's own.
 PassTimes time_cudnn_alone(Communicator& alone, const AttentionShape& shape, bool causal, const BenchOptions& options) {
   const Device device = alone.device();
+  const MemoryStatistics before = memory_statistics(device);
+  reset_peak_memory(device);
   const int64_t B = shape.batch, S = shape.seq, H = shape.heads, HK = shape.kv_heads, D = shape.head_dim;
   const BenchTensor q(device, shape.dtype, {B, S, H, D}, 5), k(device, shape.dtype, {B, S, HK, D}, 6),
       v(device, shape.dtype, {B, S, HK, D}, 7), dout(device, shape.dtype, {B, S, H, D}, 8);
@@ -237,6 +259,9 @@ PassTimes time_cudnn_alone(Communicator& alone, const AttentionShape& shape, boo
   PassTimes times;
   times.forward_ms = time_calls(alone, device, options.warmup, options.iterations, forward);
   times.forward_backward_ms = time_calls(alone, device, options.warmup, options.iterations, forward_backward);
+  std::size_t tensor_bytes = 0;
+  for (const BenchTensor* tensor : {&q, &k, &v, &dout, &out, &dq, &dk, &dv, &stats}) tensor_bytes += tensor->bytes();
+  times.peak_mib = peak_mib(alone, device, before, tensor_bytes);
   return times;
 }
 
@@ -253,16 +278,17 @@ struct Row {
   bool causal = false;
   std::string pass;
   double ms = 0, tflops = 0, ideal_tflops = 0;
+  double peak_mib = 0;  // of forward+backward, on each of its rows
 };
 
 void write_rows(const BenchOptions& options, const std::vector<Row>& rows) {
-  std::printf("\n%-16s %-10s %4s %8s %4s %6s %-17s %10s %9s %9s %8s\n", "implementation", "algorithm", "gpus", "tok/gpu",
-              "HK", "causal", "pass", "ms", "TFLOP/s", "ideal", "% ideal");
+  std::printf("\n%-18s %-10s %4s %8s %4s %6s %-17s %10s %9s %9s %8s %9s\n", "implementation", "algorithm", "gpus", "tok/gpu",
+              "HK", "causal", "pass", "ms", "TFLOP/s", "ideal", "% ideal", "peak MiB");
   for (const Row& row : rows)
-    std::printf("%-16s %-10s %4d %8lld %4lld %6s %-17s %10.3f %9.1f %9.1f %8.1f\n", row.implementation.c_str(),
+    std::printf("%-18s %-10s %4d %8lld %4lld %6s %-17s %10.3f %9.1f %9.1f %8.1f %9.0f\n", row.implementation.c_str(),
                 row.algorithm.c_str(), row.gpus, static_cast<long long>(row.tokens_per_gpu),
                 static_cast<long long>(row.kv_heads), row.causal ? "yes" : "no", row.pass.c_str(), row.ms, row.tflops,
-                row.ideal_tflops, row.ideal_tflops > 0 ? 100 * row.tflops / row.ideal_tflops : 0.0);
+                row.ideal_tflops, row.ideal_tflops > 0 ? 100 * row.tflops / row.ideal_tflops : 0.0, row.peak_mib);
   std::fflush(stdout);
   if (options.csv.empty()) return;
   std::ifstream existing(options.csv);
@@ -272,7 +298,7 @@ void write_rows(const BenchOptions& options, const std::vector<Row>& rows) {
   SPATTN_CHECK(csv.good(), "cannot write --csv " << options.csv);
   if (new_file)
     csv << "implementation,algorithm,gpus,device,batch,heads,kv_heads,head_dim,tokens_per_gpu,causal,dtype,pass,ms,"
-           "tflops_per_gpu,ideal_tflops,percent_of_ideal\n";
+           "tflops_per_gpu,ideal_tflops,percent_of_ideal,peak_memory_mib\n";
   for (const Row& row : rows) {
     csv << row.implementation << "," << row.algorithm << "," << row.gpus << "," << options.device_name << ","
         << options.batch << "," << options.heads << "," << row.kv_heads << "," << options.head_dim << ","
@@ -280,7 +306,7 @@ void write_rows(const BenchOptions& options, const std::vector<Row>& rows) {
         << "," << row.ms << "," << row.tflops << ",";
     if (row.ideal_tflops > 0) csv << row.ideal_tflops << "," << 100 * row.tflops / row.ideal_tflops;
     else csv << ",";
-    csv << "\n";
+    csv << "," << row.peak_mib << "\n";
   }
 }
 
@@ -326,7 +352,24 @@ int run(int argc, char** argv) {
                                                    std::make_tuple("forward+backward", times.forward_backward_ms, 3.5)})
               if (ms > 0)
                 rows.push_back({implementation, "local", 1, shape.seq, kv_heads, causal, pass, ms,
-                                factor * flop / (ms * 1e-3) * 1e-12, 0});
+                                factor * flop / (ms * 1e-3) * 1e-12, 0, times.peak_mib});
+        }
+        // One GPU on one rank's shard alone (tokens per GPU, no communication): what each
+        // strategy's time and memory per GPU compare with.
+        {
+          const AttentionShape shard{options.batch, tokens, options.heads, kv_heads, options.head_dim, options.dtype};
+          PassTimes local;
+          try {
+            local = time_strategy(*alone, *alone, Algorithm::ring, shard, attention, options);
+          } catch (const Error& error) {
+            if (world.rank() == 0) std::printf("local shard at %lld tokens: %s\n", static_cast<long long>(tokens), error.what());
+          }
+          world.barrier();
+          for (const auto& [pass, ms, factor] : {std::make_tuple("forward", local.forward_ms, 1.0),
+                                                 std::make_tuple("forward+backward", local.forward_backward_ms, 3.5)})
+            if (ms > 0)
+              rows.push_back({"spattn_local_shard", "local", 1, tokens, kv_heads, causal, pass, ms,
+                              factor * forward_flop(shard, causal) / (ms * 1e-3) * 1e-12, 0, local.peak_mib});
         }
         for (const std::string& name : options.algorithms) {
           PassTimes times;
@@ -341,7 +384,7 @@ int run(int argc, char** argv) {
                 std::make_tuple("forward+backward", times.forward_backward_ms, ideal.forward_backward_ms, 3.5)}) {
             const double ideal_tflops = ideal_ms > 0 ? factor * flop / (ideal_ms * 1e-3) * 1e-12 : 0;
             rows.push_back({"spattn", name, gpus, tokens, kv_heads, causal, pass, ms,
-                            factor * flop / (ms * 1e-3) * 1e-12 / gpus, ideal_tflops});
+                            factor * flop / (ms * 1e-3) * 1e-12 / gpus, ideal_tflops, times.peak_mib});
           }
         }
         if (world.rank() == 0) write_rows(options, rows);

@@ -28,7 +28,7 @@ from matplotlib.lines import Line2D  # noqa: E402
 CSV_HEADER = (
     "implementation", "algorithm", "gpus", "device", "batch", "heads", "kv_heads", "head_dim",
     "tokens_per_gpu", "causal", "dtype", "pass", "ms", "tflops_per_gpu", "ideal_tflops",
-    "percent_of_ideal",
+    "percent_of_ideal", "peak_memory_mib",
 )
 PASSES = ("forward", "forward+backward")
 # spattn_one_gpu, torch_sdpa_one_gpu: one GPU over the whole global sequence, the ideal that a

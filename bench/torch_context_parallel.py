@@ -34,7 +34,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 CSV_HEADER = (
     "implementation", "algorithm", "gpus", "device", "batch", "heads", "kv_heads", "head_dim",
     "tokens_per_gpu", "causal", "dtype", "pass", "ms", "tflops_per_gpu", "ideal_tflops",
-    "percent_of_ideal",
+    "percent_of_ideal", "peak_memory_mib",
 )
 PASSES = ("forward", "forward+backward")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -296,7 +296,9 @@ def mean_pass_milliseconds(run_pass: Callable[[], None], warmup: int, iterations
 def time_context_parallel(api: ContextParallelApi, ranks: Ranks, shape: AttentionShape,
                           tokens_per_gpu: int, causal: bool, gqa_mode: GqaMode, seed: int,
                           args: argparse.Namespace) -> dict[str, float]:
-    """The slowest rank's mean milliseconds of each pass of the ring."""
+    """The slowest rank's mean milliseconds of each pass of the ring, and "peak_memory_mib": the
+    most that any rank's PyTorch allocator held at once (tensors included)."""
+    torch.cuda.reset_peak_memory_stats(ranks.device)
     # Load balancing (the head-tail, i.e. zigzag, order) is what makes the causal ring fair;
     # the ring refuses it without a causal mask.
     api.options.enable_load_balance = causal
@@ -313,26 +315,31 @@ def time_context_parallel(api: ContextParallelApi, ranks: Ranks, shape: Attentio
         for pass_name in PASSES:
             milliseconds.append(mean_pass_milliseconds(runners[pass_name], args.warmup,
                                                        args.iters, across_ranks=True))
-    slowest = torch.tensor(milliseconds, device=ranks.device)
+    peak_mib = torch.cuda.max_memory_allocated(ranks.device) / 2**20
+    slowest = torch.tensor([*milliseconds, peak_mib], device=ranks.device)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-    return dict(zip(PASSES, slowest.tolist()))
+    return dict(zip((*PASSES, "peak_memory_mib"), slowest.tolist()))
 
 
 def time_one_gpu(shape: AttentionShape, sequence: int, causal: bool, gqa_mode: GqaMode,
                  seed: int, device: torch.device,
                  args: argparse.Namespace) -> dict[str, float] | None:
-    """The ideal: SDPA over the whole sequence on this GPU, or None where it does not fit."""
+    """The ideal: SDPA over the whole sequence on this GPU, or None where it does not fit; with
+    "peak_memory_mib" as time_context_parallel has it."""
 
     def measure() -> dict[str, float]:
         query, key, value, dout = random_global_tensors(shape, sequence, seed, device)
         for leaf in (query, key, value):
             leaf.requires_grad_()
         runners = pass_runners(query, key, value, dout, causal, gqa_mode)
-        return {pass_name: mean_pass_milliseconds(runners[pass_name], args.warmup, args.iters,
-                                                  across_ranks=False)
-                for pass_name in PASSES}
+        result = {pass_name: mean_pass_milliseconds(runners[pass_name], args.warmup, args.iters,
+                                                    across_ranks=False)
+                  for pass_name in PASSES}
+        result["peak_memory_mib"] = torch.cuda.max_memory_allocated(device) / 2**20
+        return result
 
     torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats(device)
     milliseconds = None
     try:
         milliseconds = measure()
@@ -393,7 +400,7 @@ def tflops_per_gpu(shape: AttentionShape, tokens_per_gpu: int, gpus: int, causal
 
 def result_row(implementation: str, algorithm: str, gpus: int, tokens_per_gpu: int,
                causal: bool, pass_name: str, milliseconds: float, shape: AttentionShape,
-               device_name: str, ideal_tflops: float | None) -> dict[str, str]:
+               device_name: str, ideal_tflops: float | None, peak_mib: float) -> dict[str, str]:
     """One CSV row; the ideal's own rows leave ideal_tflops and percent_of_ideal empty."""
     tflops = tflops_per_gpu(shape, tokens_per_gpu, gpus, causal, pass_name, milliseconds)
     return {
@@ -405,12 +412,13 @@ def result_row(implementation: str, algorithm: str, gpus: int, tokens_per_gpu: i
         "tflops_per_gpu": f"{tflops:.2f}",
         "ideal_tflops": "" if ideal_tflops is None else f"{ideal_tflops:.2f}",
         "percent_of_ideal": "" if ideal_tflops is None else f"{100 * tflops / ideal_tflops:.1f}",
+        "peak_memory_mib": f"{peak_mib:.0f}",
     }
 
 
 TABLE_COLUMNS = (("implementation", 22), ("algorithm", 15), ("gpus", 4), ("tokens_per_gpu", 14),
                  ("causal", 6), ("pass", 16), ("ms", 12), ("tflops_per_gpu", 14),
-                 ("ideal_tflops", 12), ("percent_of_ideal", 16))
+                 ("ideal_tflops", 12), ("percent_of_ideal", 16), ("peak_memory_mib", 15))
 
 
 def print_table_rows(rows: list[dict[str, str]], with_header: bool) -> None:
@@ -482,10 +490,11 @@ def run_benchmark(args: argparse.Namespace, api: ContextParallelApi, ranks: Rank
                                               ideal_ms[pass_name])
             rows.append(result_row("torch_context_parallel", algorithm, ranks.world,
                                    tokens_per_gpu, causal, pass_name, ring_ms[pass_name], shape,
-                                   device_name, ideal_tflops))
+                                   device_name, ideal_tflops, ring_ms["peak_memory_mib"]))
             if ideal_ms is not None:
                 rows.append(result_row("torch_sdpa_one_gpu", "local", 1, sequence, causal,
-                                       pass_name, ideal_ms[pass_name], shape, device_name, None))
+                                       pass_name, ideal_ms[pass_name], shape, device_name, None,
+                                       ideal_ms["peak_memory_mib"]))
         print_table_rows(rows, with_header=index == 0)
         if args.csv:
             append_csv(args.csv, rows)

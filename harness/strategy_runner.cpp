@@ -1,11 +1,13 @@
 #include "strategy_runner.hpp"
 
 #include <chrono>
+#include <memory>
 
 #include "device_tensor.hpp"
 #include "spattn/device_memory.hpp"
 #include "spattn/error.hpp"
 #include "spattn/local_attention.hpp"
+#include "spattn/memory_statistics.hpp"
 
 namespace spattn {
 
@@ -97,14 +99,14 @@ HostTensor gather_full(Communicator& communicator, const SequenceLayout& layout,
   return full;
 }
 
-// Milliseconds of `call` on `device`, from the moment the work queued before it has run to the
-// moment its own has.
+// Milliseconds of `call` of `plan` on its device, from the moment the work queued before it has
+// run to the moment its own has; throws when a transfer of it failed after the call returned.
 template <typename Call>
-double device_milliseconds(const Device& device, Call&& call) {
-  synchronize_device(device);
+double device_milliseconds(DistributedAttention& plan, Call&& call) {
+  plan.synchronize();
   const auto start = std::chrono::steady_clock::now();
   call();
-  synchronize_device(device);
+  plan.synchronize();
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
@@ -132,9 +134,12 @@ AttentionOutputs run_single_device(const AttentionProblem& problem, const Device
 StrategyRun run_strategy(Communicator& communicator, Algorithm algorithm, const AttentionProblem& problem,
                          int warmup, int iterations, bool per_step_profile,
                          const StrategyOptions& strategy_options) {
-  DistributedAttention plan(communicator, algorithm, problem.shape, problem.options, strategy_options);
-  const SequenceLayout& layout = plan.layout();
   const Device device = communicator.device();
+  const MemoryStatistics before_plan = memory_statistics(device);
+  reset_peak_memory(device);
+  auto plan = std::make_unique<DistributedAttention>(communicator, algorithm, problem.shape, problem.options,
+                                                     strategy_options);
+  const SequenceLayout& layout = plan->layout();
   const int rank = communicator.rank();
   const bool backward = !problem.dout.empty();
   const auto [B, H, HK, D, dtype] =
@@ -155,10 +160,10 @@ StrategyRun run_strategy(Communicator& communicator, Algorithm algorithm, const 
     dv = DeviceTensor(poisoned(dtype, {B, local_seq, HK, D}), device);
   }
   const auto call_forward = [&](Profile* profile) {
-    plan.forward(q.view(), k.view(), v.view(), out.view(), lse.view(), profile);
+    plan->forward(q.view(), k.view(), v.view(), out.view(), lse.view(), profile);
   };
   const auto call_backward = [&](Profile* profile) {
-    plan.backward(q.view(), k.view(), v.view(), out.view(), lse.view(), dout.view(), dq.view(), dk.view(), dv.view(),
+    plan->backward(q.view(), k.view(), v.view(), out.view(), lse.view(), dout.view(), dq.view(), dk.view(), dv.view(),
                   profile);
   };
 
@@ -169,7 +174,9 @@ StrategyRun run_strategy(Communicator& communicator, Algorithm algorithm, const 
   // and communication. The CPU runs synchronously, and every timed call is profiled.
   const bool synchronous = device.kind == DeviceKind::cpu;
   double forward_ms = 0, backward_ms = 0;
+  int64_t allocations_after_first_call = -1;
   for (int iteration = 0; iteration < warmup + iterations; ++iteration) {
+    if (iteration == 1) allocations_after_first_call = memory_statistics(device).allocations;
     const bool timed = iteration >= warmup;
     Profile forward_profile, backward_profile;
     forward_profile.per_step = backward_profile.per_step = per_step_profile;
@@ -181,8 +188,8 @@ StrategyRun run_strategy(Communicator& communicator, Algorithm algorithm, const 
       add_profile(run.backward, backward_profile);
       continue;
     }
-    const double forward_call_ms = device_milliseconds(device, [&] { call_forward(nullptr); });
-    const double backward_call_ms = backward ? device_milliseconds(device, [&] { call_backward(nullptr); }) : 0.0;
+    const double forward_call_ms = device_milliseconds(*plan, [&] { call_forward(nullptr); });
+    const double backward_call_ms = backward ? device_milliseconds(*plan, [&] { call_backward(nullptr); }) : 0.0;
     if (!timed) continue;
     forward_ms += forward_call_ms;
     backward_ms += backward_call_ms;
@@ -191,12 +198,17 @@ StrategyRun run_strategy(Communicator& communicator, Algorithm algorithm, const 
     divide_profile(run.forward, iterations);
     divide_profile(run.backward, iterations);
   } else {
+    if (allocations_after_first_call < 0) allocations_after_first_call = memory_statistics(device).allocations;
     run.forward.per_step = run.backward.per_step = per_step_profile;
     call_forward(&run.forward);
     if (backward) call_backward(&run.backward);
     run.forward.total_ms = iterations > 0 ? forward_ms / iterations : 0.0;
     run.backward.total_ms = iterations > 0 ? backward_ms / iterations : 0.0;
   }
+  const MemoryStatistics after_calls = memory_statistics(device);
+  run.memory.peak_bytes = after_calls.peak_bytes_in_use - before_plan.bytes_in_use;
+  run.memory.allocations_after_first_call =
+      allocations_after_first_call < 0 ? 0 : after_calls.allocations - allocations_after_first_call;
 
   run.outputs.out = gather_full(communicator, layout, out, 1);
   run.outputs.lse = gather_full(communicator, layout, lse, 2);
@@ -205,6 +217,8 @@ StrategyRun run_strategy(Communicator& communicator, Algorithm algorithm, const 
     run.outputs.dk = gather_full(communicator, layout, dk, 1);
     run.outputs.dv = gather_full(communicator, layout, dv, 1);
   }
+  plan.reset();
+  run.memory.bytes_left_after_plan = memory_statistics(device).bytes_in_use - before_plan.bytes_in_use;
   return run;
 }
 

@@ -41,10 +41,18 @@ struct AttentionOutputs {
   HostTensor dv;
 };
 
+/// What a plan held on its device beyond the caller's tensors (see memory_statistics.hpp).
+struct PlanMemory {
+  int64_t peak_bytes = 0;                   // the most held at once, from the plan's making to its last call
+  int64_t allocations_after_first_call = 0; // by the later calls: 0 when no step loop allocates
+  int64_t bytes_left_after_plan = 0;        // still held once the plan is gone: 0 when nothing leaks
+};
+
 struct StrategyRun {
   AttentionOutputs outputs;
   Profile forward;   // this rank's mean over the timed iterations
   Profile backward;  // likewise; zero without backward
+  PlanMemory memory;
 };
 
 /// The whole problem on this process alone with the block kernels of `device` called once, no

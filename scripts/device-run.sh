@@ -4,6 +4,7 @@
 #   build        googletest from source if no package has it, then cmake -DSPATTN_CUDA=ON, Release
 #   gpu-tests    spattn_gpu_tests (the CUDA kernels against the CPU kernels)
 #   memcheck     the same under compute-sanitizer --tool memcheck (skipped where it is missing)
+#   racecheck    the same under compute-sanitizer --tool racecheck (shared-memory hazards)
 #   ctest        the whole CTest suite: CPU unit tests, mpirun tests at 1..8 ranks, GPU tests
 #                (SPATTN_CTEST_REGEX, when set, runs only the tests it matches)
 #   sweep        `spattn run --device cuda --check --backward` for every strategy, causal and not,
@@ -15,11 +16,12 @@
 #   torch-bench  PyTorch's context_parallel on every GPU into the same bench.csv (torch.log;
 #                TORCH_BENCH_ARGS adds options, '|' between the option sets of separate runs);
 #                bench.md and bench.png then plot both
-# SPATTN_DEVICE_STAGES picks the stages after the build (default: gpu-tests memcheck ctest sweep).
+# SPATTN_DEVICE_STAGES picks the stages after the build (default: gpu-tests memcheck racecheck ctest
+# sweep).
 # A failing stage does not stop the later ones; the exit status is non-zero when any failed.
 # Logs go to $OUT (the device tool brings them back), or to build-device/logs when OUT is unset:
-# environment.log, build.log, gpu-tests.log, memcheck.log, ctest.log, sweep.log, bench.*,
-# summary.txt (one line per stage with its passed/failed/skipped counts).
+# environment.log, build.log, gpu-tests.log, memcheck.log, racecheck.log, ctest.log,
+# ctest-output.log (every test's output), sweep.log, bench.*, summary.txt (one line per stage with its passed/failed/skipped counts).
 #
 # Usage, on the device machine from the repository root:  bash scripts/device-run.sh
 # Its image may lack GoogleTest or OpenBLAS and can fetch nothing. Then, once, on a machine that
@@ -76,7 +78,7 @@ summary="$logs/summary.txt"
 jobs="$(nproc)"
 budget_s="${SPATTN_DEVICE_BUDGET_S:-570}"
 any_failed=0
-stages=" ${SPATTN_DEVICE_STAGES:-gpu-tests memcheck ctest sweep} "
+stages=" ${SPATTN_DEVICE_STAGES:-gpu-tests memcheck racecheck ctest sweep} "
 wants() { [[ "$stages" == *" $1 "* ]]; }
 
 # mpirun refuses root unless told; the GPU machines run commands as root. NVLink multicast stays
@@ -214,26 +216,41 @@ else
   record gpu-tests skipped "no build"
 fi
 
-# ---- memcheck ------------------------------------------------------------------------------------------
-if ! wants memcheck; then
-  :
-elif ! command -v compute-sanitizer >/dev/null; then
-  record memcheck skipped "compute-sanitizer not on PATH"
-elif ((!built)); then
-  record memcheck skipped "no build"
-else
-  # API errors are not reported: the tests provoke some on purpose (a 1 EiB cudaMalloc).
-  timeout "$(seconds_left)" compute-sanitizer --tool memcheck --leak-check full --report-api-errors no \
-    --error-exitcode 1 "$gpu_tests" --gtest_color=no >"$logs/memcheck.log" 2>&1
-  status=$?
-  errors="$(grep -o 'ERROR SUMMARY: [0-9]* error' "$logs/memcheck.log" | tail -1)"
-  counts="$(gtest_counts "$logs/memcheck.log")"
-  if [[ $status -eq 0 ]]; then
-    record memcheck passed "${errors:-no summary}; $counts"
+# ---- memcheck, racecheck ------------------------------------------------------------------------------
+# sanitize TOOL OPTIONS...: spattn_gpu_tests under compute-sanitizer --tool TOOL into TOOL.log
+# (options that start with --gtest_ go to the tests, the others to compute-sanitizer).
+sanitize() {
+  local tool="$1"
+  shift
+  if ! wants "$tool"; then
+    return
+  elif ! command -v compute-sanitizer >/dev/null; then
+    record "$tool" skipped "compute-sanitizer not on PATH"
+  elif ((!built)); then
+    record "$tool" skipped "no build"
   else
-    record memcheck failed "exit $status; ${errors:-no summary}; $counts"
+    local sanitizer_options=() test_options=(--gtest_color=no)
+    for option in "$@"; do
+      if [[ "$option" == --gtest_* ]]; then test_options+=("$option"); else sanitizer_options+=("$option"); fi
+    done
+    timeout "$(seconds_left)" compute-sanitizer --tool "$tool" "${sanitizer_options[@]}" --error-exitcode 1 \
+      "$gpu_tests" "${test_options[@]}" >"$logs/$tool.log" 2>&1
+    local status=$? errors counts
+    errors="$(grep -oE '(ERROR|RACECHECK) SUMMARY: [0-9]* (error|hazard)' "$logs/$tool.log" | tail -1)"
+    counts="$(gtest_counts "$logs/$tool.log")"
+    if [[ $status -eq 0 ]]; then
+      record "$tool" passed "${errors:-no summary}; $counts"
+    else
+      record "$tool" failed "exit $status; ${errors:-no summary}; $counts"
+    fi
   fi
-fi
+}
+# API errors are not reported: the tests provoke some on purpose (a 1 EiB cudaMalloc).
+sanitize memcheck --leak-check full --report-api-errors no
+# Shared-memory hazards between the threads of a block, in spattn's own kernels: cuDNN's are not
+# ours to fix and take long under racecheck (SPATTN_RACECHECK_FILTER, a --gtest_filter, widens it).
+sanitize racecheck --racecheck-report hazard --report-api-errors no \
+  --gtest_filter="${SPATTN_RACECHECK_FILTER:--Cudnn*}"
 
 # ---- ctest ---------------------------------------------------------------------------------------------
 if ! wants ctest; then
@@ -243,6 +260,8 @@ elif ((built)); then
   (cd "$build_dir" && timeout "$left" ctest -j "$jobs" --output-on-failure --timeout "$left" \
     ${SPATTN_CTEST_REGEX:+-R "$SPATTN_CTEST_REGEX"}) >"$logs/ctest.log" 2>&1
   status=$?
+  # Every test's whole output (the figures the tests print: stall reports, peak workspaces).
+  cp "$build_dir/Testing/Temporary/LastTest.log" "$logs/ctest-output.log" 2>/dev/null
   passed="$(grep -cE 'Test +#[0-9]+: .* Passed' "$logs/ctest.log")"
   skipped="$(grep -cE 'Test +#[0-9]+: .*Skipped' "$logs/ctest.log")"
   failed="$(grep -cE 'Test +#[0-9]+: .*\*\*\*(Failed|Timeout|Exception|Not Run)' "$logs/ctest.log")"

@@ -213,15 +213,24 @@ class NpyHeaderParser {
   std::size_t position_ = 0;
 };
 
-// Reads exactly `size` bytes at `offset`; the caller has checked that the file holds them.
-void read_exactly(std::ifstream& file, const std::string& path, std::size_t offset, void* destination,
+// Reads exactly `size` bytes at `offset`; the caller has checked that the stream holds them.
+void read_exactly(std::istream& stream, const std::string& name, std::size_t offset, void* destination,
                   std::size_t size) {
-  file.seekg(static_cast<std::streamoff>(offset));
-  file.read(static_cast<char*>(destination), static_cast<std::streamsize>(size));
-  if (!file || static_cast<std::size_t>(file.gcount()) != size) {
-    fail_reading(path, "the file ended or failed while reading " + std::to_string(size) +
+  stream.seekg(static_cast<std::streamoff>(offset));
+  stream.read(static_cast<char*>(destination), static_cast<std::streamsize>(size));
+  if (!stream || static_cast<std::size_t>(stream.gcount()) != size) {
+    fail_reading(name, "the file ended or failed while reading " + std::to_string(size) +
                            " bytes at offset " + std::to_string(offset));
   }
+}
+
+// The stream's length in bytes, from its end; every size in the file is checked against it
+// before anything is allocated.
+std::size_t stream_size(std::istream& stream, const std::string& name) {
+  stream.seekg(0, std::ios::end);
+  const std::streamoff end = stream.tellg();
+  if (!stream || end < 0) fail_reading(name, "cannot find the end of the file (not seekable?)");
+  return static_cast<std::size_t>(end);
 }
 
 uint32_t read_little_endian(const unsigned char* bytes, std::size_t count) {
@@ -258,49 +267,50 @@ NpyArray read_npy(const std::string& path) {
   const auto status = std::filesystem::status(path, status_error);
   if (!std::filesystem::exists(status)) fail_reading(path, "no such file");
   if (!std::filesystem::is_regular_file(status)) fail_reading(path, "not a regular file");
-  std::error_code size_error;
-  const auto file_size = static_cast<std::size_t>(std::filesystem::file_size(path, size_error));
-  if (size_error) fail_reading(path, size_error.message());
   std::ifstream file(path, std::ios::binary);
   if (!file) fail_reading(path, std::strerror(errno));
+  return read_npy(file, path);
+}
 
+NpyArray read_npy(std::istream& stream, const std::string& name) {
+  const std::size_t file_size = stream_size(stream, name);
   unsigned char preamble[kVersion2PreambleSize] = {};
-  read_exactly(file, path, 0, preamble, std::min(file_size, sizeof preamble));
+  read_exactly(stream, name, 0, preamble, std::min(file_size, sizeof preamble));
   if (file_size < kMagicSize || std::memcmp(preamble, kMagic, kMagicSize) != 0) {
-    fail_reading(path, "not a .npy file: it does not start with the magic string \"\\x93NUMPY\"");
+    fail_reading(name, "not a .npy file: it does not start with the magic string \"\\x93NUMPY\"");
   }
   if (file_size < kVersion1PreambleSize) {
-    fail_reading(path, "the file is " + std::to_string(file_size) + " bytes, too short for a .npy preamble");
+    fail_reading(name, "the file is " + std::to_string(file_size) + " bytes, too short for a .npy preamble");
   }
   const int major = preamble[6], minor = preamble[7];
   if ((major != 1 && major != 2 && major != 3) || minor != 0) {
-    fail_reading(path, "unsupported .npy format version " + std::to_string(major) + "." +
+    fail_reading(name, "unsupported .npy format version " + std::to_string(major) + "." +
                            std::to_string(minor) + "; allowed: 1.0, 2.0, 3.0");
   }
   // Version 1.0 stores the header length in 16 bits; 2.0 and 3.0 (UTF-8 header) in 32 bits.
   const std::size_t preamble_size = major == 1 ? kVersion1PreambleSize : kVersion2PreambleSize;
   if (file_size < preamble_size) {
-    fail_reading(path, "the file is " + std::to_string(file_size) + " bytes, too short for a version " +
+    fail_reading(name, "the file is " + std::to_string(file_size) + " bytes, too short for a version " +
                            std::to_string(major) + ".0 preamble of " + std::to_string(preamble_size) + " bytes");
   }
   const std::size_t header_size = read_little_endian(preamble + 8, preamble_size - 8);
   if (header_size > file_size - preamble_size) {
-    fail_reading(path, "the header length " + std::to_string(header_size) + " goes beyond the end of the file (" +
+    fail_reading(name, "the header length " + std::to_string(header_size) + " goes beyond the end of the file (" +
                            std::to_string(file_size) + " bytes)");
   }
   std::string header_text(header_size, '\0');
-  read_exactly(file, path, preamble_size, header_text.data(), header_size);
-  const NpyHeader header = NpyHeaderParser(header_text, path).parse();
+  read_exactly(stream, name, preamble_size, header_text.data(), header_size);
+  const NpyHeader header = NpyHeaderParser(header_text, name).parse();
 
   NpyArray array;
-  array.stored_dtype = dtype_of_descr(header.descr, path);
+  array.stored_dtype = dtype_of_descr(header.descr, name);
   if (header.fortran_order) {
-    fail_reading(path, "fortran_order is True; only C order is allowed (save np.ascontiguousarray(array))");
+    fail_reading(name, "fortran_order is True; only C order is allowed (save np.ascontiguousarray(array))");
   }
   array.shape = header.shape;
   const std::optional<int64_t> element_count = count_elements(header.shape);
   if (!element_count) {
-    fail_reading(path, "shape " + format_shape(header.shape) + " has more elements than fit in 64 bits");
+    fail_reading(name, "shape " + format_shape(header.shape) + " has more elements than fit in 64 bits");
   }
 
   const std::size_t data_offset = preamble_size + header_size;
@@ -310,7 +320,7 @@ NpyArray read_npy(const std::string& path) {
   // Compared as counts of elements so that an absurd shape cannot overflow a byte count.
   if (data_size / element_size != elements || data_size % element_size != 0) {
     const bool too_short = data_size / element_size < elements;
-    fail_reading(path, std::string("the data is ") + (too_short ? "shorter" : "longer") + " than shape " +
+    fail_reading(name, std::string("the data is ") + (too_short ? "shorter" : "longer") + " than shape " +
                            format_shape(header.shape) + " says: it needs " + std::to_string(elements) + " " +
                            (array.stored_dtype == DType::f32 ? "float32" : "float16") + " values of " +
                            std::to_string(element_size) + " bytes each, but " + std::to_string(data_size) +
@@ -319,10 +329,10 @@ NpyArray read_npy(const std::string& path) {
 
   array.values.resize(elements);
   if (array.stored_dtype == DType::f32) {
-    read_exactly(file, path, data_offset, array.values.data(), data_size);
+    read_exactly(stream, name, data_offset, array.values.data(), data_size);
   } else {
     std::vector<uint16_t> halves(elements);
-    read_exactly(file, path, data_offset, halves.data(), data_size);
+    read_exactly(stream, name, data_offset, halves.data(), data_size);
     std::transform(halves.begin(), halves.end(), array.values.begin(), fp16_to_float);
   }
   return array;

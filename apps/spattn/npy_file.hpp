@@ -3,6 +3,7 @@
 /// Reading and writing NumPy .npy files, the format in which `spattn run` exchanges tensors.
 
 #include <cstdint>
+#include <istream>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,11 @@ struct NpyArray {
 /// expected dict, Fortran order, another dtype, a negative or too large shape, or data that is
 /// shorter or longer than the shape says.
 NpyArray read_npy(const std::string& path);
+
+/// The same from a seekable binary stream (a file, or bytes in memory); `name` stands for the
+/// file in messages. Sizes in the header are checked against the stream's length before
+/// anything is allocated.
+NpyArray read_npy(std::istream& stream, const std::string& name);
 
 /// Writes `data` as a version 1.0 '<f4' C-order .npy file whose data starts at a multiple of
 /// 64 bytes, as NumPy writes it. Throws Error naming the path if it cannot be written.

@@ -13,8 +13,8 @@ struct AttentionOptions {
   /// Query i sees only keys j <= i.
   bool causal = false;
   /// Sliding window as flash-attn defines it: query i sees keys j with
-  /// i - window_left <= j <= i + window_right; -1 means unbounded on that side.
-  /// causal caps window_right at 0.
+  /// i - window_left <= j <= i + window_right; -1 means unbounded on that side, and so does any
+  /// side of 2^62 or more. causal caps window_right at 0.
   int64_t window_left = -1;
   int64_t window_right = -1;
   /// Softmax scale; 1/sqrt(head_dim) when unset.
@@ -22,7 +22,8 @@ struct AttentionOptions {
 };
 
 /// The visibility rule of AttentionOptions as two bounds: query i sees key j when
-/// i - left <= j <= i + right, where a negative bound is unbounded.
+/// i - left <= j <= i + right, where a negative bound is unbounded. Bounds and positions are
+/// below 2^62, so that their sums stay within int64.
 struct AttentionMask {
   int64_t left = -1;
   int64_t right = -1;

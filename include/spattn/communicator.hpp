@@ -27,10 +27,23 @@ struct TransferBatch {
   std::vector<PeerBuffer> receives;
 };
 
+/// Where a strategy waits on a transfer: the call and its step. A device communicator, whose
+/// transfers can fail after the call that started them has returned, names it in its error.
+struct TransferSite {
+  const char* call = nullptr;  // "forward" or "backward"; null when the caller did not say
+  int step = 0;
+  int steps = 0;
+};
+
+/// " (at step 3 of the forward's steps 0-7)", or "" for a site that names no call.
+std::string describe_site(const TransferSite& site);
+
 /// An in-flight transfer, completed by Communicator::wait.
 class PendingTransfer {
  public:
   virtual ~PendingTransfer() = default;
+  /// Where the caller will wait on it; set before Communicator::wait, optional.
+  TransferSite site;
 };
 
 /// The communication interface that every strategy is written against.
@@ -64,6 +77,13 @@ class Communicator {
   /// Completes a started transfer; on CUDA it orders the caller's stream after it instead of
   /// blocking the host.
   virtual void wait(PendingTransfer& transfer) = 0;
+
+  /// Throws the Error of a transfer that failed or timed out after the call that started it had
+  /// returned, which only happens on devices that run asynchronously (NCCL: a watchdog thread
+  /// gives up on it and aborts the communicator, so that the device work waiting on it ends).
+  /// Every later call throws it too; call this after synchronizing with the device to know that
+  /// what the calls wrote is whole. Host communicators fail inside the call and do nothing here.
+  virtual void check_transfers_completed() {}
 
   /// The device stream whose work produces the send buffers and consumes the received ones (a
   /// cudaStream_t for CUDA communicators; nullptr is the legacy default stream, their default):

@@ -72,9 +72,16 @@ class DistributedAttention {
                 const TensorView& lse, const TensorView& dout, TensorView dq, TensorView dk, TensorView dv,
                 Profile* profile = nullptr);
 
+  /// Blocks until the device has run all work queued on it (the calls so far among it), then
+  /// throws Error if a transfer of these calls failed or timed out: a peer died or stalled (see
+  /// Communicator::check_transfers_completed). On CUDA a call returns before its work is done, so
+  /// without this such a failure surfaces at the next call; on the CPU a call fails by itself.
+  void synchronize();
+
   class Strategy;  ///< what each algorithm implements (src/strategies/strategy.hpp)
 
  private:
+  Communicator& communicator_;
   Algorithm algorithm_;
   std::unique_ptr<Strategy> strategy_;
 };

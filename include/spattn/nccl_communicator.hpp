@@ -34,7 +34,14 @@ NcclUniqueIdBytes make_nccl_unique_id();
 /// The control plane (host_all_gather, barrier) goes through a small device buffer and blocks.
 /// Initialization is nonblocking inside NCCL and polled: when it, or a blocking control-plane
 /// call, takes longer than the timeout (default: SPATTN_TIMEOUT, else 600 s) the communicator is
-/// aborted and an Error is thrown.
+/// aborted and an Error is thrown. The data plane does not block the host, so a watchdog thread
+/// watches each transfer: one still unfinished a timeout after everything before it on the
+/// communication stream has finished (a peer died or stalled), or an asynchronous NCCL error,
+/// makes it abort the communicator, which ends the GPU work waiting on it. From then on this
+/// communicator and those split from the same one throw that error at every call, and
+/// check_transfers_completed() throws it after a synchronization. SPATTN_FAULT (see
+/// src/comm/fault_injection.hpp) counts the transfers of the data plane, with the rank in the
+/// communicator first made as the process's rank.
 class NcclCommunicator final : public Communicator {
  public:
   /// Over every rank of `bootstrap` (a host communicator, e.g. an MpiCommunicator), with the same
@@ -59,6 +66,11 @@ class NcclCommunicator final : public Communicator {
   /// The NCCL communicator (still owned by whoever owned it).
   ncclComm* nccl_comm() const;
 
+  /// How long a transfer or a control-plane call may wait for the peers (communicators split
+  /// from this one later take it too).
+  double timeout_seconds() const;
+  void set_timeout_seconds(double seconds);
+
   int rank() const override;
   int size() const override;
   Device device() const override;
@@ -71,6 +83,7 @@ class NcclCommunicator final : public Communicator {
   std::unique_ptr<PendingTransfer> start_reduce_scatter_sum(const float* send, float* receive,
                                                             std::size_t floats_per_rank) override;
   void wait(PendingTransfer& transfer) override;
+  void check_transfers_completed() override;
   /// ncclCommSplit: an owned NcclCommunicator on the same GPU. `color` must be >= 0.
   std::unique_ptr<Communicator> split(int color, int key) override;
   void barrier() override;

@@ -103,6 +103,12 @@ class Plan {
     attention_->forward(views[0], views[1], views[2], views[3], views[4]);
   }
 
+  // Waits for the device and raises the error of a transfer that failed after its call returned.
+  void synchronize() {
+    nb::gil_scoped_release release;
+    attention_->synchronize();
+  }
+
   void backward(const Array& q, const Array& k, const Array& v, const Array& out, const Array& lse, const Array& dout,
                 const Array& dq, const Array& dk, const Array& dv) {
     const TensorView views[] = {tensor_from_dlpack("q", q),       tensor_from_dlpack("k", k),
@@ -275,6 +281,9 @@ NB_MODULE(_core, m) {
       .def("chunks", &Plan::chunks, "rank"_a, "(position, length, local_offset) of each chunk the rank holds.")
       .def("set_stream", &Plan::set_stream, "stream"_a,
            "The CUDA stream (cudaStream_t as an integer) that later calls enqueue their compute on.")
+      .def("synchronize", &Plan::synchronize,
+           "Waits until the device has run the calls so far; raises the error of a transfer among them that failed "
+           "or timed out after its call returned (a peer died or stalled).")
       .def("forward", &Plan::forward, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a,
            "out, lse = attention(q, k, v) on this rank's shard; out and lse are written in place.")
       .def("backward", &Plan::backward, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a, "dout"_a, "dq"_a, "dk"_a, "dv"_a,

@@ -3,9 +3,19 @@
 #include "spattn/attention_options.hpp"
 
 namespace spattn {
+namespace {
+
+// A window side this long hides nothing in any sequence that fits in memory. Kept as unbounded,
+// it never enters position arithmetic, where position + side could overflow int64 (a window of
+// INT64_MAX, say, would hide every key instead of none).
+constexpr int64_t kLongestWindowSide = int64_t{1} << 62;
+
+int64_t mask_bound(int64_t window_side) { return window_side >= kLongestWindowSide ? -1 : window_side; }
+
+}  // namespace
 
 AttentionMask AttentionMask::from_options(const AttentionOptions& options) {
-  AttentionMask mask{options.window_left, options.window_right};
+  AttentionMask mask{mask_bound(options.window_left), mask_bound(options.window_right)};
   if (options.causal) mask.right = mask.right < 0 ? 0 : std::min<int64_t>(mask.right, 0);
   return mask;
 }

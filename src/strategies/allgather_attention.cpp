@@ -90,7 +90,7 @@ class AllGatherStrategy final : public Strategy {
     for (int group = 0; group < groups; ++group) {
       std::unique_ptr<PendingTransfer> next_gather;
       if (group + 1 < groups) recorder.compute(group, [&] { next_gather = start_gather(k, v, group + 1, recorder, group); });
-      recorder.communication(group, [&] { comm.wait(*gather); });
+      recorder.wait(group, comm, *gather);
       recorder.compute(group, [&] { forward_group(q, lse, group); });
       gather = std::move(next_gather);
     }
@@ -116,7 +116,7 @@ class AllGatherStrategy final : public Strategy {
     for (int group = 0; group < groups; ++group) {
       std::unique_ptr<PendingTransfer> next_gather;
       if (group + 1 < groups) recorder.compute(group, [&] { next_gather = start_gather(k, v, group + 1, recorder, group); });
-      recorder.communication(group, [&] { comm.wait(*gather); });
+      recorder.wait(group, comm, *gather);
       recorder.compute(group, [&] { backward_group(q, out, dout, lse, group); });
       // The previous group's sums must land before its buffers are reused by this group's.
       if (reduction) finish_reduction(recorder, *reduction, group - 1, dk, dv, group);
@@ -276,7 +276,7 @@ class AllGatherStrategy final : public Strategy {
   // Waits for the reduce-scatter of `group` and writes this rank's sums into dk, dv.
   void finish_reduction(ProfileRecorder& recorder, PendingTransfer& reduction, int group, TensorView dk, TensorView dv,
                         int step) {
-    recorder.communication(step, [&] { comm.wait(reduction); });
+    recorder.wait(step, comm, reduction);
     recorder.compute(step, [&] {
       const KvHeads sums = group_at(gradient_reduced[group % 2].data(), DType::f32);
       kernels->copy(sums.k, kv_heads_of(dk, group));

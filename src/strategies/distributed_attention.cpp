@@ -1,5 +1,6 @@
 #include "spattn/distributed_attention.hpp"
 
+#include "spattn/device_memory.hpp"
 #include "spattn/error.hpp"
 #include "strategies/strategy.hpp"
 
@@ -57,7 +58,7 @@ std::unique_ptr<Strategy> make_strategy(Communicator& communicator, Algorithm al
 
 DistributedAttention::DistributedAttention(Communicator& communicator, Algorithm algorithm, const AttentionShape& shape,
                                            const AttentionOptions& options, const StrategyOptions& strategy_options)
-    : algorithm_(algorithm), strategy_(make_strategy(communicator, algorithm, shape, options, strategy_options)) {}
+    : communicator_(communicator), algorithm_(algorithm), strategy_(make_strategy(communicator, algorithm, shape, options, strategy_options)) {}
 
 DistributedAttention::~DistributedAttention() = default;
 
@@ -74,6 +75,11 @@ void DistributedAttention::backward(const TensorView& q, const TensorView& k, co
                                     const TensorView& out, const TensorView& lse, const TensorView& dout, TensorView dq,
                                     TensorView dk, TensorView dv, Profile* profile) {
   strategy_->backward(q, k, v, out, lse, dout, dq, dk, dv, profile);
+}
+
+void DistributedAttention::synchronize() {
+  synchronize_device(communicator_.device());
+  communicator_.check_transfers_completed();
 }
 
 }  // namespace spattn

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "kernels/block_kernels.hpp"
+#include "spattn/communicator.hpp"
 #include "spattn/error.hpp"
 #include "spattn/profile.hpp"
 
@@ -35,15 +36,15 @@ class ProfileRecorder {
     timed(step, &StepTiming::compute_ms, &Profile::compute_ms, std::forward<Work>(work));
   }
 
-  /// Runs `wait`, counting its time as waiting on communication in `step`. An Error from it (a
-  /// peer that never came) gets the step it happened at, which says how far the call got.
-  template <typename Wait>
-  void communication(int step, Wait&& wait) {
+  /// Waits on `transfer` through `communicator`, counting the time as waiting on communication in
+  /// `step`. An Error from the wait (a peer that never came) gets the step it happened at, which
+  /// says how far the call got; a device communicator that finds the failure later names it too.
+  void wait(int step, Communicator& communicator, PendingTransfer& transfer) {
+    transfer.site = TransferSite{call_, step, steps_};
     try {
-      timed(step, &StepTiming::comm_wait_ms, &Profile::comm_wait_ms, std::forward<Wait>(wait));
+      timed(step, &StepTiming::comm_wait_ms, &Profile::comm_wait_ms, [&] { communicator.wait(transfer); });
     } catch (const Error& error) {
-      throw Error(std::string(error.what()) + " (at step " + std::to_string(step) + " of the " + call_ + "'s steps 0-" +
-                  std::to_string(steps_ - 1) + ")");
+      throw Error(std::string(error.what()) + describe_site(transfer.site));
     }
   }
 

@@ -84,7 +84,7 @@ class RotationStrategy final : public Strategy {
       if (step + 1 < ranks) rotation = start_rotation(rotating_kv[current], rotating_kv[1 - current], recorder, step);
       recorder.compute(step, [&] { forward_step(q, rotating_kv[current], step); });
       if (rotation) {
-        recorder.communication(step, [&] { comm.wait(*rotation); });
+        recorder.wait(step, comm, *rotation);
         current = 1 - current;
       }
     }
@@ -122,7 +122,7 @@ class RotationStrategy final : public Strategy {
         backward_step(q, out, dout, lse, rotating_kv[current], contribution, step);
       });
       if (gradient_hop) {
-        recorder.communication(step, [&] { comm.wait(*gradient_hop); });
+        recorder.wait(step, comm, *gradient_hop);
         recorder.compute(step, [&] {
           for (int slot = 0; slot < slots; ++slot) {
             kernels->add(kv_gradient_received[slot].k, contribution[slot].k);
@@ -132,7 +132,7 @@ class RotationStrategy final : public Strategy {
       }
       if (step + 1 < ranks) gradient_hop = start_rotation(contribution, kv_gradient_received, recorder, step);
       if (rotation) {
-        recorder.communication(step, [&] { comm.wait(*rotation); });
+        recorder.wait(step, comm, *rotation);
         current = 1 - current;
       }
     }
@@ -146,7 +146,7 @@ class RotationStrategy final : public Strategy {
       const SlotSet& own_final_gradient = rotating_kv[1 - current];
       recorder.compute(ranks - 1, [&] { copy_slots(kv_gradient_contribution[(ranks - 1) % 2], final_gradient); });
       gradient_hop = start_rotation(final_gradient, own_final_gradient, recorder, ranks - 1);
-      recorder.communication(ranks - 1, [&] { comm.wait(*gradient_hop); });
+      recorder.wait(ranks - 1, comm, *gradient_hop);
       own_gradient = &own_final_gradient;
     }
     recorder.compute(ranks - 1, [&] {

@@ -416,7 +416,7 @@ class UlyssesStrategy final : public Strategy {
     const int peers = comm.size() - 1;
     recorder.sent(step, static_cast<double>(blocks.bytes_per_peer()) * peers, peers);
     std::unique_ptr<PendingTransfer> transfer = blocks.start(comm);
-    recorder.communication(step, [&] { comm.wait(*transfer); });
+    recorder.wait(step, comm, *transfer);
   }
 
   // Sequence shard -> blocks: the block for peer p gets heads `heads_of[p]` of this rank's tokens.

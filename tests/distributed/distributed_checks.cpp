@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <sstream>
 #include <vector>
 
@@ -79,7 +80,16 @@ void expect_identical_outputs(const AttentionOutputs& first, const AttentionOutp
                                                                    {&first.dv, &second.dv}};
   for (const auto& [one, other] : pairs) {
     ASSERT_EQ(one->view().numel(), other->view().numel());
-    for (int64_t i = 0; i < one->view().numel(); ++i) ASSERT_EQ(one->at(i), other->at(i)) << "element " << i;
+    ASSERT_EQ(one->dtype(), other->dtype());
+    // Bytes, not values: -0 and 0 differ, and NaN matches only itself.
+    const std::size_t element_bytes = dtype_size(one->dtype());
+    const auto* one_bytes = static_cast<const unsigned char*>(one->view().data);
+    const auto* other_bytes = static_cast<const unsigned char*>(other->view().data);
+    for (int64_t i = 0; i < one->view().numel(); ++i) {
+      const std::size_t offset = static_cast<std::size_t>(i) * element_bytes;
+      ASSERT_EQ(std::memcmp(one_bytes + offset, other_bytes + offset, element_bytes), 0)
+          << "element " << i << ": " << one->at(i) << " and " << other->at(i);
+    }
   }
 }
 

@@ -18,10 +18,10 @@ struct MaskCase {
 
 /// none, causal, a two-sided window (9, 4), and causal with a left window of 11.
 inline const MaskCase kMasks[] = {
-    {"none", AttentionOptions{false, -1, -1}},
-    {"causal", AttentionOptions{true, -1, -1}},
-    {"window_9_4", AttentionOptions{false, 9, 4}},
-    {"causal_window_11", AttentionOptions{true, 11, -1}},
+    {"none", AttentionOptions{false, -1, -1, std::nullopt}},
+    {"causal", AttentionOptions{true, -1, -1, std::nullopt}},
+    {"window_9_4", AttentionOptions{false, 9, 4, std::nullopt}},
+    {"causal_window_11", AttentionOptions{true, 11, -1, std::nullopt}},
 };
 
 /// How one algorithm runs at `ranks` ranks in the accuracy tests: its options and the unit its

@@ -5,41 +5,16 @@
 
 #include <gtest/gtest.h>
 
-#include <algorithm>
-#include <chrono>
-#include <cstdio>
-#include <cstdlib>
 #include <memory>
 #include <string>
-#include <vector>
 
-#include "distributed_checks.hpp"
 #include "distributed_world.hpp"
+#include "scoped_environment.hpp"
 #include "spattn/mpi_communicator.hpp"
-#include "strategy_runner.hpp"
+#include "stall_checks.hpp"
 
 namespace spattn {
 namespace {
-
-constexpr double kTimeoutSeconds = 1.0;
-// Longer than the timeout, so that every other rank gives up before the stalled rank returns.
-constexpr double kStallSeconds = 3.0;
-// What a rank may take beyond the timeout to report: the steps before the one it waits at, on
-// ranks that share two cores (up to 8 of them); under 2x the timeout, so that waiting out a
-// second timeout (one per transfer, say) fails.
-constexpr double kReportSlackSeconds = 0.9;
-
-// Sets an environment variable for the lifetime of this object (on this rank).
-class ScopedEnvironment {
- public:
-  ScopedEnvironment(const char* name, const std::string& value) : name_(name) { setenv(name, value.c_str(), 1); }
-  ~ScopedEnvironment() { unsetenv(name_); }
-  ScopedEnvironment(const ScopedEnvironment&) = delete;
-  ScopedEnvironment& operator=(const ScopedEnvironment&) = delete;
-
- private:
-  const char* name_;
-};
 
 class StalledRank : public ::testing::TestWithParam<Algorithm> {};
 
@@ -53,38 +28,15 @@ TEST_P(StalledRank, EveryOtherRankReportsItWithinTheTimeout) {
   std::unique_ptr<MpiCommunicator> communicator;
   {
     // Read when a communicator is made; this one (and what splits from it) carries the fault.
-    const ScopedEnvironment timeout("SPATTN_TIMEOUT", std::to_string(kTimeoutSeconds));
-    const ScopedEnvironment fault("SPATTN_FAULT", "stall:" + std::to_string(stalled) + ":0:" +
-                                                      std::to_string(kStallSeconds));
+    const ScopedEnvironment timeout("SPATTN_TIMEOUT", std::to_string(kStallTestTimeoutSeconds));
+    const ScopedEnvironment fault("SPATTN_FAULT", stall_at_first_transfer(stalled));
     communicator = std::make_unique<MpiCommunicator>();
   }
-  EXPECT_DOUBLE_EQ(communicator->timeout_seconds(), kTimeoutSeconds);
+  EXPECT_DOUBLE_EQ(communicator->timeout_seconds(), kStallTestTimeoutSeconds);
   const AttentionShape shape{1, 2 * setup.length_unit, 2 * ranks, ranks, 8, DType::f32};
   const AttentionProblem problem = random_problem(shape, AttentionOptions{}, 91, /*backward=*/false);
-
-  const auto start = std::chrono::steady_clock::now();
-  const std::string error = error_of([&] { run_strategy(*communicator, algorithm, problem, 0, 1, false, setup.options); });
-  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-
-  if (world().rank() == stalled) {
-    EXPECT_NE(error.find("stalled for"), std::string::npos) << error;
-  } else {
-    EXPECT_NE(error.find("timed out after 1 s waiting for"), std::string::npos) << error;
-    EXPECT_NE(error.find("(at step "), std::string::npos) << error;
-    EXPECT_GE(elapsed, kTimeoutSeconds) << error;
-    EXPECT_LE(elapsed, kTimeoutSeconds + kReportSlackSeconds) << error;
-    // Given up on: later calls fail at once instead of waiting again.
-    EXPECT_NE(error_of([&] { communicator->barrier(); }).find("cannot be used again"), std::string::npos);
-  }
-  // The slowest report, for the log (the figures in the notes come from these lines).
-  std::vector<double> reported(static_cast<std::size_t>(ranks));
-  world().host_all_gather(&elapsed, reported.data(), sizeof elapsed);  // the stalled rank comes back
-  reported.erase(reported.begin() + stalled);
-  if (world().rank() == 0) {
-    std::printf("%s at %d ranks: every other rank reported the stall in %.2f-%.2f s (timeout %.0f s)\n",
-                algorithm_name(algorithm).c_str(), ranks, *std::min_element(reported.begin(), reported.end()),
-                *std::max_element(reported.begin(), reported.end()), kTimeoutSeconds);
-  }
+  expect_stall_reported(*communicator, algorithm, setup, problem, stalled,
+                        algorithm_name(algorithm) + " at " + std::to_string(ranks) + " ranks");
 }
 
 INSTANTIATE_TEST_SUITE_P(AllStrategies, StalledRank,

@@ -5,39 +5,18 @@
 
 #include <gtest/gtest.h>
 
-#include <map>
 #include <memory>
 #include <string>
 #include <tuple>
 
 #include "distributed_checks.hpp"
 #include "distributed_world.hpp"
-#include "spattn/device_communicator.hpp"
+#include "shared_device_communicators.hpp"
 #include "spattn/device_memory.hpp"
 #include "strategy_runner.hpp"
 
 namespace spattn {
 namespace {
-
-// One communicator per transport for the whole run: NCCL communicators take a while to make.
-Communicator* communicator_for(Transport transport, std::string& why_not) {
-  static std::map<Transport, std::unique_ptr<Communicator>> made;
-  static std::map<Transport, std::string> refused;
-  if (refused.count(transport)) {
-    why_not = refused[transport];
-    return nullptr;
-  }
-  if (!made.count(transport)) {
-    try {
-      made[transport] = make_device_communicator(world(), place_on_devices(world(), DeviceKind::cuda, transport));
-    } catch (const Error& error) {  // agreed: every rank refuses together
-      refused[transport] = error.what();
-      why_not = error.what();
-      return nullptr;
-    }
-  }
-  return made[transport].get();
-}
 
 using GpuCase = std::tuple<Algorithm, int /*mask index*/, DType, Transport>;
 
@@ -47,7 +26,7 @@ TEST_P(GpuStrategyAccuracy, MatchesReferenceForwardAndBackward) {
   const auto [algorithm, mask_index, dtype, transport] = GetParam();
   if (visible_device_count(DeviceKind::cuda) == 0) GTEST_SKIP() << "no CUDA device";
   std::string why_not;
-  Communicator* communicator = communicator_for(transport, why_not);
+  Communicator* communicator = shared_device_communicator(transport, why_not);
   if (communicator == nullptr) GTEST_SKIP() << why_not;
   const int ranks = world().size();
   const AlgorithmSetup setup = algorithm_setup(algorithm, ranks);

@@ -3,12 +3,17 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <mutex>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "comm/fault_injection.hpp"
+#include "comm/nccl/transfer_watchdog.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/current_device_guard.hpp"
 #include "spattn/error.hpp"
@@ -93,8 +98,31 @@ void check_device_index(int device_index) {
                "device cuda:" << device_index << " does not exist; this process sees " << device_count << " GPU(s)");
 }
 
-// Transfers are ordered on the communication stream; wait() needs no state of its own.
-class NcclPendingTransfer final : public PendingTransfer {};
+// Transfers are ordered on the communication stream; wait() only names the watched transfer.
+class NcclPendingTransfer final : public PendingTransfer {
+ public:
+  explicit NcclPendingTransfer(uint64_t watch_ticket) : ticket(watch_ticket) {}
+  uint64_t ticket;
+};
+
+// Why a communicator, and every one split from the same one, cannot be used again: they serve
+// the same plans, so one giving up retires them all. The watchdog's thread writes it.
+class FamilyHealth {
+ public:
+  // Keeps the first failure: the later ones follow from it.
+  void record(const std::string& failure) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (failure_.empty()) failure_ = failure;
+  }
+  void check() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    SPATTN_CHECK(failure_.empty(), failure_);
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::string failure_;
+};
 
 // What rank 0 of a bootstrap communicator gives every rank: the id, or word that making it failed.
 struct UniqueIdMessage {
@@ -132,12 +160,18 @@ NcclUniqueIdBytes make_nccl_unique_id() {
 }
 
 struct NcclCommunicator::State {
+  // Held by every call that uses `comm`, and by the watchdog when it aborts it.
+  std::mutex comm_mutex;
   ncclComm_t comm = nullptr;
   bool owned = false;
   double timeout_seconds = kDefaultCommunicationTimeoutSeconds;
   int rank = 0;
   int size = 1;
   int device_index = 0;
+  int process_rank = 0;                        // the rank SPATTN_FAULT names: in the first communicator
+  std::shared_ptr<FaultPlan> fault;            // shared with the communicators split from this one
+  std::shared_ptr<FamilyHealth> health = std::make_shared<FamilyHealth>();
+  std::unique_ptr<TransferWatchdog> watchdog;  // watches the data-plane transfers
   cudaStream_t compute_stream = cudaStreamLegacy;
   cudaStream_t stream = nullptr;           // the communication stream
   cudaEvent_t compute_ready = nullptr;     // recorded on the compute stream by each start()
@@ -148,6 +182,7 @@ struct NcclCommunicator::State {
   State(ncclComm_t nccl_comm, bool owns_comm, double timeout) : comm(nccl_comm), owned(owns_comm), timeout_seconds(timeout) {}
 
   ~State() {
+    watchdog.reset();  // first: its thread may be about to abort `comm`
     if (stream == nullptr && comm == nullptr) return;
     int current = 0;
     const bool have_device = cudaGetDevice(&current) == cudaSuccess;
@@ -186,22 +221,70 @@ struct NcclCommunicator::State {
     SPATTN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     SPATTN_CUDA_CHECK(cudaEventCreateWithFlags(&compute_ready, cudaEventDisableTiming));
     SPATTN_CUDA_CHECK(cudaEventCreateWithFlags(&transfers_done, cudaEventDisableTiming));
+    watchdog = std::make_unique<TransferWatchdog>(
+        device_index, timeout_seconds, "rank " + std::to_string(rank) + " of " + std::to_string(size),
+        [this] { return asynchronous_error(); }, [this](const std::string& message) { give_up(message); });
   }
 
-  // An owned communicator that hangs is aborted (and unusable from then on); a borrowed one is
-  // left to its owner.
+  // On the watchdog's thread: NCCL's asynchronous error, "" when there is none or when a call of
+  // this rank holds the communicator (it checks for itself).
+  std::string asynchronous_error() {
+    std::unique_lock<std::mutex> lock(comm_mutex, std::try_to_lock);
+    if (!lock.owns_lock() || comm == nullptr) return "";
+    ncclResult_t state = ncclSuccess;
+    if (ncclCommGetAsyncError(comm, &state) != ncclSuccess) return "";
+    if (state == ncclSuccess || state == ncclInProgress) return "";
+    return std::string("NCCL reported '") + nccl_error_text(state, comm) + "'";
+  }
+
+  // On the watchdog's thread: retires the family and ends the kernels that wait on the transfer.
+  void give_up(const std::string& message) {
+    health->record(message + (owned ? "; the NCCL communicator was aborted, make a new one"
+                                    : "; the NCCL communicator is its owner's to abort"));
+    std::lock_guard<std::mutex> lock(comm_mutex);
+    if (owned && comm != nullptr) {
+      ncclCommAbort(comm);
+      comm = nullptr;
+    }
+  }
+
+  // The communicator for a call that holds comm_mutex: none after a failure anywhere in the family.
+  ncclComm_t usable_comm() const {
+    health->check();
+    SPATTN_CHECK(comm != nullptr, "this NCCL communicator was aborted after a timeout");
+    return comm;
+  }
+
+  // A transfer of the data plane: `enqueue(comm)` puts `operation` with `peers` (empty: every
+  // rank) on the communication stream, after the compute stream's work so far, and the watchdog
+  // watches it. SPATTN_FAULT may stop or kill this process first (before the lock: a stalled
+  // rank holds nothing).
+  template <typename Enqueue>
+  std::unique_ptr<PendingTransfer> data_transfer(const char* operation, const std::vector<int>& peers,
+                                                 Enqueue&& enqueue) {
+    health->check();
+    before_transfer(fault.get(), process_rank);
+    std::lock_guard<std::mutex> lock(comm_mutex);
+    ncclComm_t usable = usable_comm();
+    cuda::CurrentDeviceGuard guard(device_index);
+    follow_compute_stream();
+    enqueue(usable);
+    return std::make_unique<NcclPendingTransfer>(watchdog->watch(stream, operation, peers));
+  }
+
+  // An owned communicator that hangs is aborted (and unusable from then on, with the ones split
+  // from the same one); a borrowed one is left to its owner.
   [[noreturn]] void fail_timeout(const char* operation) {
     if (owned) {
       ncclCommAbort(comm);
       comm = nullptr;
     }
-    SPATTN_FAIL("NCCL " << operation << " did not complete within " << timeout_seconds << " s"
-                        << (owned ? "; the communicator was aborted" : ""));
-  }
-
-  ncclComm_t usable_comm() const {
-    SPATTN_CHECK(comm != nullptr, "this NCCL communicator was aborted after a timeout");
-    return comm;
+    std::ostringstream message;
+    message << "rank " << rank << " of " << size << " timed out after " << timeout_seconds << " s waiting for NCCL "
+            << operation << ": a peer died, stalled or is not in this call (SPATTN_TIMEOUT sets the limit)"
+            << (owned ? "; the communicator was aborted" : "");
+    health->record(message.str());
+    SPATTN_FAIL(message.str());
   }
 
   // After an NCCL call on the communication stream: in nonblocking mode the call may return
@@ -241,6 +324,27 @@ struct NcclCommunicator::State {
     }
   }
 
+  // NCCL connects two ranks when they first exchange data, and connecting needs both: made here
+  // (every rank makes the communicator), a peer that is missing later shows as a transfer that
+  // never completes, which the watchdog reports with its step, rather than as a call that cannot
+  // even enqueue it. One byte to and from every rank.
+  void connect_to_every_peer() {
+    std::lock_guard<std::mutex> lock(comm_mutex);
+    cuda::CurrentDeviceGuard guard(device_index);
+    char* bytes = static_cast<char*>(control_buffer_of(2 * static_cast<std::size_t>(size)));
+    SPATTN_CUDA_CHECK(cudaMemsetAsync(bytes, 0, 2 * static_cast<std::size_t>(size), stream));
+    grouped("the first exchange with every rank", [&] {
+      for (int peer = 0; peer < size; ++peer) {
+        ncclResult_t status = ncclRecv(bytes + size + peer, 1, ncclUint8, peer, comm, stream);
+        if (status != ncclSuccess && status != ncclInProgress) return status;
+        status = ncclSend(bytes + peer, 1, ncclUint8, peer, comm, stream);
+        if (status != ncclSuccess && status != ncclInProgress) return status;
+      }
+      return ncclSuccess;
+    });
+    block_until_idle("the first exchange with every rank");
+  }
+
   void* control_buffer_of(std::size_t bytes) {
     if (bytes > control_bytes) {
       if (control_buffer != nullptr) SPATTN_CUDA_CHECK(cudaFree(control_buffer));
@@ -253,7 +357,10 @@ struct NcclCommunicator::State {
   }
 };
 
-NcclCommunicator::NcclCommunicator(std::unique_ptr<State> state) : state_(std::move(state)) { state_->set_up(); }
+NcclCommunicator::NcclCommunicator(std::unique_ptr<State> state) : state_(std::move(state)) {
+  state_->set_up();
+  state_->connect_to_every_peer();
+}
 
 NcclCommunicator::NcclCommunicator(Communicator& bootstrap, int device_index, double timeout_seconds)
     : NcclCommunicator(bootstrap.rank(), bootstrap.size(), unique_id_from_rank_0(bootstrap), device_index,
@@ -275,6 +382,9 @@ NcclCommunicator::NcclCommunicator(int rank, int size, const NcclUniqueIdBytes& 
   }
   state_ = std::make_unique<State>(comm, true, timeout_seconds);
   state_->set_up();
+  state_->connect_to_every_peer();
+  state_->process_rank = state_->rank;
+  state_->fault = fault_plan_from_environment();
 }
 
 NcclCommunicator::NcclCommunicator(ncclComm* borrowed_comm, double timeout_seconds) {
@@ -282,9 +392,20 @@ NcclCommunicator::NcclCommunicator(ncclComm* borrowed_comm, double timeout_secon
   SPATTN_CHECK(timeout_seconds > 0, "the NCCL timeout must be positive, got " << timeout_seconds);
   state_ = std::make_unique<State>(borrowed_comm, false, timeout_seconds);
   state_->set_up();
+  state_->process_rank = state_->rank;
+  state_->fault = fault_plan_from_environment();
 }
 
 NcclCommunicator::~NcclCommunicator() = default;
+
+double NcclCommunicator::timeout_seconds() const { return state_->timeout_seconds; }
+
+void NcclCommunicator::set_timeout_seconds(double seconds) {
+  SPATTN_CHECK(seconds > 0, "the NCCL timeout must be positive, got " << seconds);
+  std::lock_guard<std::mutex> lock(state_->comm_mutex);
+  state_->timeout_seconds = seconds;
+  state_->watchdog->set_timeout_seconds(seconds);
+}
 
 void NcclCommunicator::set_compute_stream(void* stream) {
   state_->compute_stream = static_cast<cudaStream_t>(stream);
@@ -305,69 +426,70 @@ std::unique_ptr<PendingTransfer> NcclCommunicator::start(const TransferBatch& ba
     SPATTN_CHECK(send.peer >= 0 && send.peer < state_->size,
                  "send to rank " << send.peer << "; ranks are 0.." << state_->size - 1);
   }
-  ncclComm_t comm = state_->usable_comm();
-  cuda::CurrentDeviceGuard guard(state_->device_index);
-  state_->follow_compute_stream();
-  // One group: NCCL matches every send with its receive whatever the order of peers, without
-  // deadlock (the group is one operation).
-  state_->grouped("send/receive batch", [&] {
-    for (const PeerBuffer& receive : batch.receives) {
-      const ncclResult_t status = ncclRecv(receive.data, receive.bytes, ncclUint8, receive.peer, comm, state_->stream);
-      if (status != ncclSuccess && status != ncclInProgress) return status;
-    }
-    for (const PeerBuffer& send : batch.sends) {
-      const ncclResult_t status = ncclSend(send.data, send.bytes, ncclUint8, send.peer, comm, state_->stream);
-      if (status != ncclSuccess && status != ncclInProgress) return status;
-    }
-    return ncclSuccess;
+  std::vector<int> peers;
+  for (const PeerBuffer& receive : batch.receives) peers.push_back(receive.peer);
+  for (const PeerBuffer& send : batch.sends) {
+    if (std::find(peers.begin(), peers.end(), send.peer) == peers.end()) peers.push_back(send.peer);
+  }
+  return state_->data_transfer("a send/receive batch", peers, [&](ncclComm_t comm) {
+    // One group: NCCL matches every send with its receive whatever the order of peers, without
+    // deadlock (the group is one operation).
+    state_->grouped("send/receive batch", [&] {
+      for (const PeerBuffer& receive : batch.receives) {
+        const ncclResult_t status = ncclRecv(receive.data, receive.bytes, ncclUint8, receive.peer, comm, state_->stream);
+        if (status != ncclSuccess && status != ncclInProgress) return status;
+      }
+      for (const PeerBuffer& send : batch.sends) {
+        const ncclResult_t status = ncclSend(send.data, send.bytes, ncclUint8, send.peer, comm, state_->stream);
+        if (status != ncclSuccess && status != ncclInProgress) return status;
+      }
+      return ncclSuccess;
+    });
   });
-  return std::make_unique<NcclPendingTransfer>();
 }
 
 std::unique_ptr<PendingTransfer> NcclCommunicator::start_all_to_all(const void* send, void* receive,
                                                                     std::size_t bytes_per_rank) {
-  ncclComm_t comm = state_->usable_comm();
-  cuda::CurrentDeviceGuard guard(state_->device_index);
-  state_->follow_compute_stream();
-  // NCCL has no all-to-all collective: one send and one receive per peer, in one group.
-  state_->grouped("all-to-all", [&] {
-    for (int peer = 0; peer < state_->size; ++peer) {
-      const std::size_t offset = bytes_per_rank * static_cast<std::size_t>(peer);
-      ncclResult_t status = ncclRecv(static_cast<char*>(receive) + offset, bytes_per_rank, ncclUint8, peer, comm,
-                                     state_->stream);
-      if (status != ncclSuccess && status != ncclInProgress) return status;
-      status = ncclSend(static_cast<const char*>(send) + offset, bytes_per_rank, ncclUint8, peer, comm,
-                        state_->stream);
-      if (status != ncclSuccess && status != ncclInProgress) return status;
-    }
-    return ncclSuccess;
+  return state_->data_transfer("an all-to-all", {}, [&](ncclComm_t comm) {
+    // NCCL has no all-to-all collective: one send and one receive per peer, in one group.
+    state_->grouped("all-to-all", [&] {
+      for (int peer = 0; peer < state_->size; ++peer) {
+        const std::size_t offset = bytes_per_rank * static_cast<std::size_t>(peer);
+        ncclResult_t status = ncclRecv(static_cast<char*>(receive) + offset, bytes_per_rank, ncclUint8, peer, comm,
+                                       state_->stream);
+        if (status != ncclSuccess && status != ncclInProgress) return status;
+        status = ncclSend(static_cast<const char*>(send) + offset, bytes_per_rank, ncclUint8, peer, comm,
+                          state_->stream);
+        if (status != ncclSuccess && status != ncclInProgress) return status;
+      }
+      return ncclSuccess;
+    });
   });
-  return std::make_unique<NcclPendingTransfer>();
 }
 
 std::unique_ptr<PendingTransfer> NcclCommunicator::start_all_gather(const void* send, void* receive,
                                                                     std::size_t bytes_per_rank) {
-  ncclComm_t comm = state_->usable_comm();
-  cuda::CurrentDeviceGuard guard(state_->device_index);
-  state_->follow_compute_stream();
-  state_->complete_issue(ncclAllGather(send, receive, bytes_per_rank, ncclUint8, comm, state_->stream),
-                         "ncclAllGather");
-  return std::make_unique<NcclPendingTransfer>();
+  return state_->data_transfer("an all-gather", {}, [&](ncclComm_t comm) {
+    state_->complete_issue(ncclAllGather(send, receive, bytes_per_rank, ncclUint8, comm, state_->stream),
+                           "ncclAllGather");
+  });
 }
 
 std::unique_ptr<PendingTransfer> NcclCommunicator::start_reduce_scatter_sum(const float* send, float* receive,
                                                                             std::size_t floats_per_rank) {
-  ncclComm_t comm = state_->usable_comm();
-  cuda::CurrentDeviceGuard guard(state_->device_index);
-  state_->follow_compute_stream();
-  state_->complete_issue(ncclReduceScatter(send, receive, floats_per_rank, ncclFloat, ncclSum, comm, state_->stream),
-                         "ncclReduceScatter");
-  return std::make_unique<NcclPendingTransfer>();
+  return state_->data_transfer("a reduce-scatter", {}, [&](ncclComm_t comm) {
+    state_->complete_issue(
+        ncclReduceScatter(send, receive, floats_per_rank, ncclFloat, ncclSum, comm, state_->stream),
+        "ncclReduceScatter");
+  });
 }
 
 void NcclCommunicator::wait(PendingTransfer& transfer) {
-  (void)dynamic_cast<NcclPendingTransfer&>(transfer);  // a transfer of another communicator is a bug
+  // A transfer of another communicator is a bug: dynamic_cast throws on it.
+  const auto& pending = dynamic_cast<NcclPendingTransfer&>(transfer);
+  std::lock_guard<std::mutex> lock(state_->comm_mutex);
   ncclComm_t comm = state_->usable_comm();
+  state_->watchdog->set_site(pending.ticket, transfer.site);
   // An asynchronous failure (a peer gone, a network error) shows here rather than as wrong data.
   ncclResult_t state = ncclSuccess;
   check_issued(ncclCommGetAsyncError(comm, &state), "ncclCommGetAsyncError", comm);
@@ -378,8 +500,11 @@ void NcclCommunicator::wait(PendingTransfer& transfer) {
   SPATTN_CUDA_CHECK(cudaStreamWaitEvent(state_->compute_stream, state_->transfers_done, 0));
 }
 
+void NcclCommunicator::check_transfers_completed() { state_->health->check(); }
+
 std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key) {
   SPATTN_CHECK(color >= 0, "split color must be >= 0, got " << color);
+  std::lock_guard<std::mutex> lock(state_->comm_mutex);
   ncclComm_t comm = state_->usable_comm();
   ncclConfig_t config = nonblocking_config();
   ncclComm_t part = nullptr;
@@ -397,6 +522,9 @@ std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key) {
   }
   auto state = std::make_unique<State>(part, true, state_->timeout_seconds);
   state->compute_stream = state_->compute_stream;
+  state->process_rank = state_->process_rank;
+  state->fault = state_->fault;
+  state->health = state_->health;
   return std::unique_ptr<Communicator>(new NcclCommunicator(std::move(state)));
 }
 
@@ -408,6 +536,7 @@ void NcclCommunicator::barrier() {
 
 void NcclCommunicator::host_all_gather(const void* send, void* receive, std::size_t bytes_per_rank) {
   // Control plane: a few bytes, blocking, through a device buffer (NCCL moves device memory only).
+  std::lock_guard<std::mutex> lock(state_->comm_mutex);
   ncclComm_t comm = state_->usable_comm();
   cuda::CurrentDeviceGuard guard(state_->device_index);
   const std::size_t total = bytes_per_rank * static_cast<std::size_t>(state_->size);

@@ -1,5 +1,6 @@
 #include <cstdlib>
 
+#include "core/memory_ledger.hpp"
 #include "kernels/block_kernels.hpp"
 #include "kernels/cpu/cpu_kernels.hpp"
 #include "spattn/error.hpp"
@@ -37,10 +38,14 @@ class CpuBlockKernels final : public BlockKernels {
     const std::size_t rounded = (bytes + kWorkspaceAlignment - 1) / kWorkspaceAlignment * kWorkspaceAlignment;
     void* pointer = std::aligned_alloc(kWorkspaceAlignment, rounded == 0 ? kWorkspaceAlignment : rounded);
     SPATTN_CHECK(pointer != nullptr, "could not allocate " << bytes << " bytes of host memory");
+    record_allocation(Device::cpu(), pointer, rounded);
     return pointer;
   }
 
-  void deallocate(void* pointer) override { std::free(pointer); }
+  void deallocate(void* pointer) override {
+    record_release(Device::cpu(), pointer);
+    std::free(pointer);
+  }
 };
 
 }  // namespace

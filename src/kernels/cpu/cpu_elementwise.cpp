@@ -122,12 +122,15 @@ void merge_partial(const TensorView& partial_out,  // (B, S, H, D) any dtype
             continue;
           }
           const float low = std::min(lse, lse_partial);
-          // lse' = max + log1p(exp(min - max))
-          const float merged = high + std::log1p(std::exp(low - high));
-          // out' = out exp(lse - lse') + out_b exp(lse_b - lse'); a side with lse = -inf has
-          // weight 0 and is skipped, so its out never reaches the result.
-          const float running_weight = std::exp(lse - merged);
-          const float partial_weight = std::exp(lse_partial - merged);
+          // lse' = max + log1p(exp(min - max)) = max + gap
+          const float gap = std::log1p(std::exp(low - high));
+          const float merged = high + gap;
+          // out' = out exp(lse - lse') + out_b exp(lse_b - lse'), with lse - lse' taken as
+          // (lse - max) - gap rather than from the rounded lse': where |lse| is large its rounding
+          // (an ulp of 1e4 is 1e-3) would scale both weights and leave their sum off 1. A side
+          // with lse = -inf has weight 0 and is skipped, so its out never reaches the result.
+          const float running_weight = std::exp((lse - high) - gap);
+          const float partial_weight = std::exp((lse_partial - high) - gap);
           if (partial_weight == 0.0f) {
             for (int64_t d = 0; d < head_dim; ++d) out[d * out_stride] *= running_weight;
           } else {

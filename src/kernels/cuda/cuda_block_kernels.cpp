@@ -4,6 +4,7 @@
 #include <limits>
 #include <vector>
 
+#include "core/memory_ledger.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/current_device_guard.hpp"
 #include "spattn/error.hpp"
@@ -65,8 +66,11 @@ CudaBlockKernels::~CudaBlockKernels() {
   try {
     CurrentDeviceGuard guard(elementwise_.device().index);
     cudaStreamSynchronize(elementwise_.stream());
-    for (Scratch* buffer : {&out_, &stats_, &dk_, &dv_, &final_out_, &final_dout_})
-      if (buffer->data != nullptr) cudaFree(buffer->data);
+    for (Scratch* buffer : {&out_, &stats_, &dk_, &dv_, &final_out_, &final_dout_}) {
+      if (buffer->data == nullptr) continue;
+      record_release(elementwise_.device(), buffer->data);
+      cudaFree(buffer->data);
+    }
     cudaEventDestroy(stream_switch_);
   } catch (...) {  // no device to switch to: nothing left to release on it
   }

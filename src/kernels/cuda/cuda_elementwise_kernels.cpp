@@ -1,5 +1,6 @@
 #include "kernels/cuda/cuda_elementwise_kernels.hpp"
 
+#include "core/memory_ledger.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/current_device_guard.hpp"
 #include "kernels/cuda/kernel_launches.hpp"
@@ -149,11 +150,13 @@ void* CudaElementwiseKernels::allocate(std::size_t bytes) {
   void* pointer = nullptr;
   // A zero-byte request still gets a distinct pointer, as on the CPU.
   SPATTN_CUDA_CHECK(cudaMalloc(&pointer, bytes == 0 ? 1 : bytes));
+  record_allocation(device_, pointer, bytes == 0 ? 1 : bytes);
   return pointer;
 }
 
 void CudaElementwiseKernels::deallocate(void* pointer) {
   CurrentDeviceGuard guard(device_.index);
+  record_release(device_, pointer);
   SPATTN_CUDA_CHECK(cudaFree(pointer));
 }
 

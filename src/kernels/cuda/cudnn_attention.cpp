@@ -10,6 +10,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "core/memory_ledger.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/current_device_guard.hpp"
 #include "spattn/error.hpp"
@@ -193,7 +194,10 @@ CudnnAttention::~CudnnAttention() {
   try {
     CurrentDeviceGuard guard(device_.index);
     cudaStreamSynchronize(stream_);
-    if (workspace_ != nullptr) cudaFree(workspace_);
+    if (workspace_ != nullptr) {
+      record_release(device_, workspace_);
+      cudaFree(workspace_);
+    }
   } catch (...) {  // no device to switch to: nothing left to release on it
   }
 }
@@ -212,11 +216,13 @@ void* CudnnAttention::workspace(std::size_t bytes) {
   const std::size_t grown = std::max(bytes, workspace_bytes_ + workspace_bytes_ / 2);
   if (workspace_ != nullptr) {
     SPATTN_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    record_release(device_, workspace_);
     SPATTN_CUDA_CHECK(cudaFree(workspace_));
     workspace_ = nullptr;
     workspace_bytes_ = 0;
   }
   SPATTN_CUDA_CHECK(cudaMalloc(&workspace_, grown));
+  record_allocation(device_, workspace_, grown);
   workspace_bytes_ = grown;
   return workspace_;
 }

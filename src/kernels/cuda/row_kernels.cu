@@ -67,13 +67,17 @@ __global__ void merge_kernel(StridedOperand partial_out,  // (B, S, H, D) Partia
   const int64_t out_stride = running_out.strides[3], partial_stride = partial_out.strides[3];
 
   const float high = fmaxf(lse, lse_partial);
-  // lse' = max + log1p(exp(min - max)); -inf when neither side saw a key.
-  const float merged = high == -INFINITY ? -INFINITY : high + log1pf(expf(fminf(lse, lse_partial) - high));
-  // out' = out exp(lse - lse') + out_b exp(lse_b - lse'); a side of weight 0 (lse = -inf, or
-  // too far below) is not read, so whatever it holds never reaches the result, and a row that
-  // saw no key gets out = 0.
-  const float running_weight = high == -INFINITY ? 0.0f : expf(lse - merged);
-  const float partial_weight = high == -INFINITY ? 0.0f : expf(lse_partial - merged);
+  const bool empty = high == -INFINITY;  // neither side saw a key
+  // lse' = max + log1p(exp(min - max)) = max + gap; -inf when empty.
+  const float gap = empty ? 0.0f : log1pf(expf(fminf(lse, lse_partial) - high));
+  const float merged = empty ? -INFINITY : high + gap;
+  // out' = out exp(lse - lse') + out_b exp(lse_b - lse'), with lse - lse' taken as
+  // (lse - max) - gap rather than from the rounded lse' (whose rounding where |lse| is large
+  // would leave the weights' sum off 1); a side of weight 0 (lse = -inf, or too far below) is
+  // not read, so whatever it holds never reaches the result, and a row that saw no key gets
+  // out = 0.
+  const float running_weight = empty ? 0.0f : expf((lse - high) - gap);
+  const float partial_weight = empty ? 0.0f : expf((lse_partial - high) - gap);
   for (int64_t d = int64_t(lane) * Width; d < head_dim; d += int64_t(kWarpSize) * Width) {
     float merged_out[Width] = {};
     if (running_weight != 0.0f) {

@@ -11,6 +11,7 @@
 #include <iterator>
 #include <limits>
 #include <random>
+#include <sstream>
 
 #include "spattn/error.hpp"
 
@@ -323,6 +324,25 @@ TEST_F(NpyFileTest, WriteFailureNamesThePath) {
               ::testing::ThrowsMessage<Error>(AllOf(HasSubstr("cannot write"), HasSubstr(unwritable))));
   EXPECT_THAT([&] { write_npy(path("out.npy"), &value, {-1}); },
               ::testing::ThrowsMessage<Error>(HasSubstr("negative size")));
+}
+
+// The stream entry (the .npy fuzzer's) reads bytes in memory as the path entry reads a file, and
+// its messages name the stream as given.
+TEST(NpyStreamTest, ReadsBytesInMemoryAndNamesTheStream) {
+  const std::vector<float> values = ramp(6);
+  const std::string bytes = npy_bytes(dict("<f4", "(2, 3)"), float_bytes(values));
+  std::istringstream whole(bytes, std::ios::binary);
+  const NpyArray array = read_npy(whole, "q in memory");
+  EXPECT_EQ(array.shape, (std::vector<int64_t>{2, 3}));
+  expect_same_bits(array.values, values);
+
+  std::istringstream truncated(bytes.substr(0, bytes.size() - 1), std::ios::binary);
+  try {
+    read_npy(truncated, "q in memory");
+    ADD_FAILURE() << "a truncated stream was read";
+  } catch (const Error& error) {
+    EXPECT_THAT(error.what(), AllOf(HasSubstr("cannot read 'q in memory'"), HasSubstr("shorter than shape (2, 3)")));
+  }
 }
 
 TEST(NpyShapeTest, ExpectShapeExplainsTheMismatch) {

@@ -118,6 +118,7 @@ AttentionProblem::AttentionProblem(const AttentionCase& attention_case, uint32_t
     packed_ = std::make_unique<HostTensor>(c.dtype,
                                            std::initializer_list<int64_t>{c.batch, c.sequence,
                                                                           c.heads + 2 * c.kv_heads, c.head_dim});
+    EXPECT_TRUE(c.qk_deviation == 1.0 && c.v_deviation == 1.0) << "packed q, k, v are standard normal only";
     packed_->randomize(generator);
     q_ = packed_->view().slice(2, 0, c.heads);
     k_ = packed_->view().slice(2, c.heads, c.kv_heads);
@@ -126,9 +127,9 @@ AttentionProblem::AttentionProblem(const AttentionCase& attention_case, uint32_t
     q_storage_ = std::make_unique<HostTensor>(c.dtype, std::initializer_list<int64_t>{c.batch, c.sequence, c.heads, c.head_dim});
     k_storage_ = std::make_unique<HostTensor>(c.dtype, std::initializer_list<int64_t>{c.batch, c.sequence, c.kv_heads, c.head_dim});
     v_storage_ = std::make_unique<HostTensor>(c.dtype, std::initializer_list<int64_t>{c.batch, c.sequence, c.kv_heads, c.head_dim});
-    q_storage_->randomize(generator);
-    k_storage_->randomize(generator);
-    v_storage_->randomize(generator);
+    q_storage_->randomize(generator, c.qk_deviation);
+    k_storage_->randomize(generator, c.qk_deviation);
+    v_storage_->randomize(generator, c.v_deviation);
     q_ = q_storage_->view();
     k_ = k_storage_->view();
     v_ = v_storage_->view();

@@ -32,6 +32,10 @@ struct AttentionCase {
   AttentionOptions options;
   Decomposition decomposition = Decomposition::whole;
   bool packed_qkv = false;  // q, k, v are head slices of one (B, S, H + 2 HK, D) buffer
+  // Standard deviations of the normal random inputs (dout's is 1): large ones make extreme
+  // scores (q, k) or extreme outputs and gradients (v). Not with packed_qkv.
+  double qk_deviation = 1.0;
+  double v_deviation = 1.0;
 
   std::string name() const;
 };

@@ -1,0 +1,82 @@
+// On GPUs, for every strategy and both device transports: a plan allocates device memory at its
+// first call only (a cudaMalloc inside the step loop would synchronize), releases all of it when
+// it goes, and repeated plans leave the GPU's free memory where it was (cudaMemGetInfo, which
+// sees cuDNN's and NCCL's own allocations too). The peak workspace per rank is printed for the log.
+
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <tuple>
+
+#include "distributed_checks.hpp"
+#include "distributed_world.hpp"
+#include "shared_device_communicators.hpp"
+#include "spattn/device_memory.hpp"
+#include "strategy_runner.hpp"
+
+namespace spattn {
+namespace {
+
+// Free bytes of this rank's GPU once every rank has got here (ranks may share a GPU).
+std::size_t free_bytes_after_barrier(Communicator& communicator) {
+  synchronize_device(communicator.device());
+  world().barrier();
+  std::size_t free = 0, total = 0;
+  EXPECT_EQ(cudaMemGetInfo(&free, &total), cudaSuccess);
+  world().barrier();
+  return free;
+}
+
+using MemoryCase = std::tuple<Algorithm, Transport>;
+
+class PlanMemoryOnGpus : public ::testing::TestWithParam<MemoryCase> {};
+
+TEST_P(PlanMemoryOnGpus, AllocatesAtTheFirstCallOnlyAndLeavesTheGpuAsItWas) {
+  const auto [algorithm, transport] = GetParam();
+  if (visible_device_count(DeviceKind::cuda) == 0) GTEST_SKIP() << "no CUDA device";
+  std::string why_not;
+  Communicator* communicator = shared_device_communicator(transport, why_not);
+  if (communicator == nullptr) GTEST_SKIP() << why_not;
+  const int ranks = world().size();
+  const AlgorithmSetup setup = algorithm_setup(algorithm, ranks);
+  if (!setup.not_applicable.empty()) GTEST_SKIP() << setup.not_applicable;
+  const AttentionShape shape{1, 8 * setup.length_unit, 2 * ranks, ranks, 128, DType::bf16};
+  AttentionOptions options;
+  options.causal = true;
+  const AttentionProblem problem = random_problem(shape, options, 97, /*backward=*/true);
+  const auto run_once = [&] {
+    return run_strategy(*communicator, algorithm, problem, /*warmup=*/1, /*iterations=*/2, false, setup.options);
+  };
+
+  const StrategyRun first = run_once();  // also fills the caches that outlive plans (cuDNN graphs)
+  EXPECT_EQ(first.memory.allocations_after_first_call, 0);
+  EXPECT_EQ(first.memory.bytes_left_after_plan, 0);
+  EXPECT_GT(first.memory.peak_bytes, 0);
+  const std::size_t free_before = free_bytes_after_barrier(*communicator);
+  for (int repeat = 0; repeat < 3; ++repeat) run_once();
+  const std::size_t free_after = free_bytes_after_barrier(*communicator);
+  EXPECT_EQ(free_after, free_before) << "the GPU's free memory moved by "
+                                     << (static_cast<double>(free_before) - static_cast<double>(free_after)) << " bytes";
+  if (world().rank() == 0) {
+    std::printf("%s over %s at %d ranks, S=%lld H=%lld HK=%lld D=128 bf16 causal: peak workspace %.2f MiB per rank\n",
+                algorithm_name(algorithm).c_str(), transport == Transport::nccl ? "NCCL" : "staged MPI", ranks,
+                static_cast<long long>(shape.seq), static_cast<long long>(shape.heads),
+                static_cast<long long>(shape.kv_heads), static_cast<double>(first.memory.peak_bytes) / (1 << 20));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllStrategies, PlanMemoryOnGpus,
+    ::testing::Combine(::testing::Values(Algorithm::ring, Algorithm::zigzag, Algorithm::ulysses, Algorithm::hamilton,
+                                         Algorithm::hamilton2, Algorithm::allgather, Algorithm::usp),
+                       ::testing::Values(Transport::nccl, Transport::staged_mpi)),
+    [](const ::testing::TestParamInfo<MemoryCase>& info) {
+      return algorithm_name(std::get<0>(info.param)) + "_" +
+             (std::get<1>(info.param) == Transport::nccl ? "nccl" : "staged");
+    });
+
+}  // namespace
+}  // namespace spattn

@@ -1,0 +1,28 @@
+#include "shared_device_communicators.hpp"
+
+#include <map>
+#include <memory>
+
+#include "distributed_world.hpp"
+#include "spattn/error.hpp"
+
+namespace spattn {
+
+Communicator* shared_device_communicator(Transport transport, std::string& why_not) {
+  static std::map<Transport, std::unique_ptr<Communicator>> made;
+  static std::map<Transport, std::string> refused;
+  if (refused.count(transport) == 0 && made.count(transport) == 0) {
+    try {
+      made[transport] = make_device_communicator(world(), place_on_devices(world(), DeviceKind::cuda, transport));
+    } catch (const Error& error) {  // agreed: every rank refuses together
+      refused[transport] = error.what();
+    }
+  }
+  if (refused.count(transport)) {
+    why_not = refused[transport];
+    return nullptr;
+  }
+  return made[transport].get();
+}
+
+}  // namespace spattn
