@@ -9,6 +9,7 @@
 #                (SPATTN_CTEST_REGEX, when set, runs only the tests it matches)
 #   sweep        `spattn run --device cuda --check --backward` for every strategy, causal and not,
 #                at SPATTN_SWEEP_RANKS ranks (default 1 2 3 8) over the machine's GPUs
+#   faults       StalledRankOnGpus and PlanMemoryOnGpus at one rank per GPU (faults.log)
 #   python-gpu   SPATTN_CUDA=ON pip install . and pytest tests/python_gpu under torchrun at 1 and
 #                every GPU, then bench/python_call_overhead.py at each (python-build.log,
 #                python-gpu-N.log, python-overhead.log)
@@ -297,6 +298,22 @@ fi
 
 gpus="$(nvidia-smi --list-gpus 2>/dev/null | wc -l)"
 device_name="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | tr -d ',')"
+
+# ---- faults --------------------------------------------------------------------------------------------
+# The reliability tests alone, at every GPU (one rank each, so NCCL runs too): a rank stalled at
+# its first transfer for every strategy and transport, and the plans' device memory.
+if ! wants faults; then
+  :
+elif ((built)); then
+  timeout "$(seconds_left)" mpirun --oversubscribe -np "$gpus" "$build_dir/tests/gpu/spattn_gpu_distributed_tests" \
+    --gtest_color=no --gtest_filter='*StalledRankOnGpus*:*PlanMemoryOnGpus*' >"$logs/faults.log" 2>&1
+  status=$?
+  counts="$(gtest_counts "$logs/faults.log")"
+  if [[ $status -eq 0 ]]; then record faults passed "$counts at $gpus ranks"
+  else record faults failed "exit $status; $counts at $gpus ranks: see faults.log"; fi
+else
+  record faults skipped "no build"
+fi
 
 # ---- python-gpu ------------------------------------------------------------------------------------------
 # The Python package built with CUDA (SPATTN_CUDA=ON pip install .) into this python3, then its
