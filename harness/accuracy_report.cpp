@@ -9,10 +9,10 @@ namespace spattn {
 namespace {
 
 // Relative to the largest reference magnitude: the floor under the 2x criterion, so that two
-// runs that both match the reference to fp32 round-off are not told apart by noise. For out, dq,
-// dk and dv the magnitude is the largest of the four: a gradient is a difference of terms of
-// that size (dS = P (dP - delta), delta = rowsum(dout * out)), so its round-off is too, even where
-// the difference itself is nearly zero (a row that sees a single key has dq = 0 exactly).
+// runs that both match the reference to fp32 round-off are not told apart by noise. For dq, dk
+// and dv the magnitude is the largest of out, dq, dk and dv: a gradient is a difference of terms
+// of that size (dS = P (dP - delta), delta = rowsum(dout * out)), so its round-off is too, even
+// where the difference itself is nearly zero (a row that sees a single key has dq = 0 exactly).
 constexpr double kRelativeFloor = 1e-6;
 
 // max |x - reference|; +inf when x has a non-finite element where the reference is finite (an
@@ -53,9 +53,9 @@ std::vector<OutputError> compare_with_reference(const AttentionOutputs& distribu
                             {"dq", distributed.dq, single_rank.dq, reference.dq},
                             {"dk", distributed.dk, single_rank.dk, reference.dk},
                             {"dv", distributed.dv, single_rank.dv, reference.dv}};
-  double attention_magnitude = 0;
+  double gradient_magnitude = 0;
   for (const std::vector<double>* values : {&reference.out, &reference.dq, &reference.dk, &reference.dv})
-    attention_magnitude = std::max(attention_magnitude, max_magnitude(*values));
+    gradient_magnitude = std::max(gradient_magnitude, max_magnitude(*values));
   std::vector<OutputError> errors;
   for (const Output& output : outputs) {
     if (output.distributed.empty()) continue;
@@ -65,9 +65,9 @@ std::vector<OutputError> compare_with_reference(const AttentionOutputs& distribu
                              output.reference.size() == static_cast<std::size_t>(output.single_rank.view().numel());
     error.distributed = sizes_match ? max_error(output.distributed, output.reference) : std::numeric_limits<double>::infinity();
     error.single_rank = sizes_match ? max_error(output.single_rank, output.reference) : std::numeric_limits<double>::infinity();
-    const bool is_lse = &output.reference == &reference.lse;
+    const bool is_gradient = &output.reference != &reference.out && &output.reference != &reference.lse;
     error.bound = 2 * error.single_rank +
-                  kRelativeFloor * (is_lse ? max_magnitude(output.reference) : attention_magnitude);
+                  kRelativeFloor * (is_gradient ? gradient_magnitude : max_magnitude(output.reference));
     // A non-finite error (an unwritten element, a NaN) fails even when the baseline's does too.
     error.pass = std::isfinite(error.distributed) && std::isfinite(error.bound) && error.distributed <= error.bound;
     errors.push_back(error);
