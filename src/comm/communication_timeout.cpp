@@ -2,8 +2,10 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <sstream>
 #include <string>
 
+#include "comm/timeout_message.hpp"
 #include "spattn/error.hpp"
 
 namespace spattn {
@@ -17,6 +19,15 @@ double communication_timeout_seconds() {
                "SPATTN_TIMEOUT='" << text << "' is not a timeout; allowed: a positive number of seconds (default "
                                   << kDefaultCommunicationTimeoutSeconds << ")");
   return seconds;
+}
+
+std::string describe_rank(int rank, int size) { return "rank " + std::to_string(rank) + " of " + std::to_string(size); }
+
+std::string timeout_message(const std::string& who, double seconds, const std::string& what) {
+  std::ostringstream message;
+  message << who << " timed out after " << seconds << " s waiting for " << what
+          << ": a peer died, stalled or is not in this call (SPATTN_TIMEOUT sets the limit)";
+  return message.str();
 }
 
 }  // namespace spattn

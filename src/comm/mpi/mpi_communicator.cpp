@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "comm/fault_injection.hpp"
+#include "comm/timeout_message.hpp"
 #include "spattn/communication_timeout.hpp"
 #include "spattn/error.hpp"
 
@@ -174,13 +175,11 @@ struct MpiCommunicator::State {
       requests.clear();
       return;
     }
-    std::ostringstream message;
-    message << "rank " << rank << " of " << size << " timed out after " << timeout_seconds << " s waiting for "
-            << pending_description(requests, roles, operation, size)
-            << ": a peer died, stalled or is not in this call (SPATTN_TIMEOUT sets the limit)";
+    const std::string message = timeout_message(describe_rank(rank, size), timeout_seconds,
+                                                pending_description(requests, roles, operation, size));
     abandon(requests, roles);
     gave_up_on_a_peer = true;
-    *broken = message.str();
+    *broken = message;
     SPATTN_FAIL(*broken);
   }
 

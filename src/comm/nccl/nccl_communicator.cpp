@@ -7,13 +7,13 @@
 #include <chrono>
 #include <cstring>
 #include <mutex>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "comm/fault_injection.hpp"
 #include "comm/nccl/transfer_watchdog.hpp"
+#include "comm/timeout_message.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/current_device_guard.hpp"
 #include "spattn/error.hpp"
@@ -222,7 +222,7 @@ struct NcclCommunicator::State {
     SPATTN_CUDA_CHECK(cudaEventCreateWithFlags(&compute_ready, cudaEventDisableTiming));
     SPATTN_CUDA_CHECK(cudaEventCreateWithFlags(&transfers_done, cudaEventDisableTiming));
     watchdog = std::make_unique<TransferWatchdog>(
-        device_index, timeout_seconds, "rank " + std::to_string(rank) + " of " + std::to_string(size),
+        device_index, timeout_seconds, describe_rank(rank, size),
         [this] { return asynchronous_error(); }, [this](const std::string& message) { give_up(message); });
   }
 
@@ -279,12 +279,11 @@ struct NcclCommunicator::State {
       ncclCommAbort(comm);
       comm = nullptr;
     }
-    std::ostringstream message;
-    message << "rank " << rank << " of " << size << " timed out after " << timeout_seconds << " s waiting for NCCL "
-            << operation << ": a peer died, stalled or is not in this call (SPATTN_TIMEOUT sets the limit)"
-            << (owned ? "; the communicator was aborted" : "");
-    health->record(message.str());
-    SPATTN_FAIL(message.str());
+    const std::string message =
+        timeout_message(describe_rank(rank, size), timeout_seconds, std::string("NCCL ") + operation) +
+        (owned ? "; the communicator was aborted" : "");
+    health->record(message);
+    SPATTN_FAIL(message);
   }
 
   // After an NCCL call on the communication stream: in nonblocking mode the call may return

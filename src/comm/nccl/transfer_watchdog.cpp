@@ -4,6 +4,7 @@
 #include <sstream>
 #include <utility>
 
+#include "comm/timeout_message.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 
 namespace spattn {
@@ -73,18 +74,17 @@ void TransferWatchdog::set_timeout_seconds(double seconds) {
   timeout_seconds_ = seconds;
 }
 
-std::string TransferWatchdog::timeout_message(const Watched& transfer) const {
-  std::ostringstream message;
-  message << who_ << " timed out after " << timeout_seconds_ << " s waiting for " << transfer.operation;
+std::string TransferWatchdog::describe(const Watched& transfer) {
+  std::ostringstream what;
+  what << transfer.operation;
   if (transfer.peers.empty()) {
-    message << " of every rank";
+    what << " of every rank";
   } else {
-    message << " with rank" << (transfer.peers.size() > 1 ? "s " : " ");
-    for (std::size_t i = 0; i < transfer.peers.size(); ++i) message << (i ? ", " : "") << transfer.peers[i];
+    what << " with rank" << (transfer.peers.size() > 1 ? "s " : " ");
+    for (std::size_t i = 0; i < transfer.peers.size(); ++i) what << (i ? ", " : "") << transfer.peers[i];
   }
-  message << describe_site(transfer.site)
-          << ": a peer died, stalled or is not in this call (SPATTN_TIMEOUT sets the limit)";
-  return message.str();
+  what << describe_site(transfer.site);
+  return what.str();
 }
 
 void TransferWatchdog::run() {
@@ -116,7 +116,7 @@ void TransferWatchdog::run() {
       failure = who_ + ": CUDA reported '" + cudaGetErrorString(state) + "' while " + oldest.operation +
                 " was in flight" + describe_site(oldest.site);
     } else if (std::chrono::duration<double>(Clock::now() - oldest_since).count() > timeout_seconds_) {
-      failure = timeout_message(oldest);
+      failure = timeout_message(who_, timeout_seconds_, describe(oldest));
     }
     if (failure.empty()) {
       // The probe may take the communicator's lock: never call it while holding ours.

@@ -57,7 +57,8 @@ class TransferWatchdog {
   };
 
   void run();
-  std::string timeout_message(const Watched& transfer) const;
+  /// "a send/receive batch with ranks 1, 3 (at step 2 of the forward's steps 0-3)".
+  static std::string describe(const Watched& transfer);
 
   const int device_index_;
   const std::string who_;

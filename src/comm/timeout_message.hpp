@@ -1,0 +1,16 @@
+#pragma once
+// The error of a rank that gave up waiting for its peers, the same from every communicator: the
+// program (apps/spattn/main.cpp) tells these errors from others by " timed out after ".
+
+#include <string>
+
+namespace spattn {
+
+/// "rank 2 of 4", how a communicator's errors name the rank that reports them.
+std::string describe_rank(int rank, int size);
+
+/// "<who> timed out after <seconds> s waiting for <what>: a peer died, stalled or is not in this
+/// call (SPATTN_TIMEOUT sets the limit)".
+std::string timeout_message(const std::string& who, double seconds, const std::string& what);
+
+}  // namespace spattn
