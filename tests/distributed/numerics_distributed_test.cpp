@@ -17,9 +17,6 @@
 namespace spattn {
 namespace {
 
-const Algorithm kAlgorithms[] = {Algorithm::ring,      Algorithm::zigzag,    Algorithm::ulysses, Algorithm::hamilton,
-                                 Algorithm::hamilton2, Algorithm::allgather, Algorithm::usp};
-
 constexpr int64_t kHeadDim = 16;
 
 struct NumericsCase {
@@ -85,7 +82,7 @@ TEST_P(ExtremeInputs, FiniteAndAccurateForwardAndBackward) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Numerics, ExtremeInputs,
-                         ::testing::Combine(::testing::ValuesIn(kAlgorithms), ::testing::Range(0, 5)),
+                         ::testing::Combine(::testing::ValuesIn(all_algorithms()), ::testing::Range(0, 5)),
                          [](const ::testing::TestParamInfo<ExtremeCase>& info) {
                            std::string name = algorithm_name(std::get<0>(info.param)) + "_" +
                                               kCases[std::get<1>(info.param)].name;
@@ -110,7 +107,7 @@ TEST_P(Determinism, RepeatedCallsGiveTheSameBits) {
   expect_identical_outputs(first.outputs, again.outputs);
 }
 
-INSTANTIATE_TEST_SUITE_P(Numerics, Determinism, ::testing::ValuesIn(kAlgorithms),
+INSTANTIATE_TEST_SUITE_P(Numerics, Determinism, ::testing::ValuesIn(all_algorithms()),
                          [](const ::testing::TestParamInfo<Algorithm>& info) { return algorithm_name(info.param); });
 
 }  // namespace

@@ -40,9 +40,7 @@ TEST_P(PlanMemory, AllocatesAtTheFirstCallOnlyAndReleasesEverything) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(AllStrategies, PlanMemory,
-                         ::testing::Values(Algorithm::ring, Algorithm::zigzag, Algorithm::ulysses, Algorithm::hamilton,
-                                           Algorithm::hamilton2, Algorithm::allgather, Algorithm::usp),
+INSTANTIATE_TEST_SUITE_P(AllStrategies, PlanMemory, ::testing::ValuesIn(all_algorithms()),
                          [](const ::testing::TestParamInfo<Algorithm>& info) { return algorithm_name(info.param); });
 
 }  // namespace

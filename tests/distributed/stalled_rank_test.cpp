@@ -39,9 +39,7 @@ TEST_P(StalledRank, EveryOtherRankReportsItWithinTheTimeout) {
                         algorithm_name(algorithm) + " at " + std::to_string(ranks) + " ranks");
 }
 
-INSTANTIATE_TEST_SUITE_P(AllStrategies, StalledRank,
-                         ::testing::Values(Algorithm::ring, Algorithm::zigzag, Algorithm::ulysses, Algorithm::hamilton,
-                                           Algorithm::hamilton2, Algorithm::allgather, Algorithm::usp),
+INSTANTIATE_TEST_SUITE_P(AllStrategies, StalledRank, ::testing::ValuesIn(all_algorithms()),
                          [](const ::testing::TestParamInfo<Algorithm>& info) { return algorithm_name(info.param); });
 
 }  // namespace

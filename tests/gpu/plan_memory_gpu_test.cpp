@@ -62,21 +62,16 @@ TEST_P(PlanMemoryOnGpus, AllocatesAtTheFirstCallOnlyAndLeavesTheGpuAsItWas) {
                                      << (static_cast<double>(free_before) - static_cast<double>(free_after)) << " bytes";
   if (world().rank() == 0) {
     std::printf("%s over %s at %d ranks, S=%lld H=%lld HK=%lld D=128 bf16 causal: peak workspace %.2f MiB per rank\n",
-                algorithm_name(algorithm).c_str(), transport == Transport::nccl ? "NCCL" : "staged MPI", ranks,
+                algorithm_name(algorithm).c_str(), transport_name(transport).c_str(), ranks,
                 static_cast<long long>(shape.seq), static_cast<long long>(shape.heads),
                 static_cast<long long>(shape.kv_heads), static_cast<double>(first.memory.peak_bytes) / (1 << 20));
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    AllStrategies, PlanMemoryOnGpus,
-    ::testing::Combine(::testing::Values(Algorithm::ring, Algorithm::zigzag, Algorithm::ulysses, Algorithm::hamilton,
-                                         Algorithm::hamilton2, Algorithm::allgather, Algorithm::usp),
-                       ::testing::Values(Transport::nccl, Transport::staged_mpi)),
-    [](const ::testing::TestParamInfo<MemoryCase>& info) {
-      return algorithm_name(std::get<0>(info.param)) + "_" +
-             (std::get<1>(info.param) == Transport::nccl ? "nccl" : "staged");
-    });
+INSTANTIATE_TEST_SUITE_P(AllStrategies, PlanMemoryOnGpus,
+                         ::testing::Combine(::testing::ValuesIn(all_algorithms()),
+                                            ::testing::ValuesIn(kDeviceTransports)),
+                         algorithm_transport_case_name);
 
 }  // namespace
 }  // namespace spattn

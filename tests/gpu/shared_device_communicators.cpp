@@ -25,4 +25,10 @@ Communicator* shared_device_communicator(Transport transport, std::string& why_n
   return made[transport].get();
 }
 
+std::string transport_case_name(Transport transport) { return transport == Transport::nccl ? "nccl" : "staged"; }
+
+std::string algorithm_transport_case_name(const ::testing::TestParamInfo<std::tuple<Algorithm, Transport>>& info) {
+  return algorithm_name(std::get<0>(info.param)) + "_" + transport_case_name(std::get<1>(info.param));
+}
+
 }  // namespace spattn

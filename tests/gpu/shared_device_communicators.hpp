@@ -1,15 +1,29 @@
 #pragma once
 // One device communicator per transport over every rank of the test run, made at first use and
-// kept for the whole run: NCCL communicators take a while to make.
+// kept for the whole run: NCCL communicators take a while to make. And the transports the GPU
+// tests run their cases over, with the names those cases take.
+
+#include <gtest/gtest.h>
 
 #include <string>
+#include <tuple>
 
 #include "spattn/device_communicator.hpp"
+#include "spattn/distributed_attention.hpp"
 
 namespace spattn {
 
 /// The run's communicator of `transport`, or null with `why_not` set when the ranks refused it
 /// together (NCCL: one GPU per rank, so more ranks than GPUs are refused).
 Communicator* shared_device_communicator(Transport transport, std::string& why_not);
+
+/// NCCL (one GPU per rank) and MPI staged through the host (any number of ranks per GPU).
+inline const Transport kDeviceTransports[] = {Transport::nccl, Transport::staged_mpi};
+
+/// "nccl" or "staged": a transport in the name of a test case.
+std::string transport_case_name(Transport transport);
+
+/// "ring_nccl": the name of a case over an algorithm and a transport.
+std::string algorithm_transport_case_name(const ::testing::TestParamInfo<std::tuple<Algorithm, Transport>>& info);
 
 }  // namespace spattn

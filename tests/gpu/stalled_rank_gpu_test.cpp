@@ -14,6 +14,7 @@
 
 #include "distributed_world.hpp"
 #include "scoped_environment.hpp"
+#include "shared_device_communicators.hpp"
 #include "spattn/device_communicator.hpp"
 #include "spattn/device_memory.hpp"
 #include "spattn/mpi_communicator.hpp"
@@ -71,19 +72,14 @@ TEST_P(StalledRankOnGpus, EveryOtherRankReportsItWithinTheTimeout) {
   const AttentionProblem problem = random_problem(shape, AttentionOptions{}, 93, /*backward=*/false);
 
   expect_stall_reported(*communicator, algorithm, setup, problem, stalled,
-                        algorithm_name(algorithm) + " over " + (transport == Transport::nccl ? "NCCL" : "staged MPI") +
+                        algorithm_name(algorithm) + " over " + transport_name(transport) +
                             " at " + std::to_string(ranks) + " ranks");
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    AllStrategies, StalledRankOnGpus,
-    ::testing::Combine(::testing::Values(Algorithm::ring, Algorithm::zigzag, Algorithm::ulysses, Algorithm::hamilton,
-                                         Algorithm::hamilton2, Algorithm::allgather, Algorithm::usp),
-                       ::testing::Values(Transport::nccl, Transport::staged_mpi)),
-    [](const ::testing::TestParamInfo<StallCase>& info) {
-      return algorithm_name(std::get<0>(info.param)) + "_" +
-             (std::get<1>(info.param) == Transport::nccl ? "nccl" : "staged");
-    });
+INSTANTIATE_TEST_SUITE_P(AllStrategies, StalledRankOnGpus,
+                         ::testing::Combine(::testing::ValuesIn(all_algorithms()),
+                                            ::testing::ValuesIn(kDeviceTransports)),
+                         algorithm_transport_case_name);
 
 }  // namespace
 }  // namespace spattn

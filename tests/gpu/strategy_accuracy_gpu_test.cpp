@@ -42,23 +42,18 @@ TEST_P(GpuStrategyAccuracy, MatchesReferenceForwardAndBackward) {
 
 std::string case_name(const ::testing::TestParamInfo<GpuCase>& info) {
   const auto [algorithm, mask_index, dtype, transport] = info.param;
-  const std::string transport_text = transport == Transport::nccl ? "nccl" : "staged";
-  return algorithm_name(algorithm) + "_" + kMasks[mask_index].name + "_" + dtype_name(dtype) + "_" + transport_text;
+  return algorithm_name(algorithm) + "_" + kMasks[mask_index].name + "_" + dtype_name(dtype) + "_" +
+         transport_case_name(transport);
 }
-
-const auto kEveryAlgorithm = ::testing::Values(Algorithm::ring, Algorithm::zigzag, Algorithm::ulysses,
-                                               Algorithm::hamilton, Algorithm::hamilton2, Algorithm::allgather,
-                                               Algorithm::usp);
-const auto kDeviceTransports = ::testing::Values(Transport::nccl, Transport::staged_mpi);
 
 // bf16 under every mask; fp16 under the causal mask (the kernels' dtype paths are shared).
 INSTANTIATE_TEST_SUITE_P(Bf16, GpuStrategyAccuracy,
-                         ::testing::Combine(kEveryAlgorithm, ::testing::Range(0, 4), ::testing::Values(DType::bf16),
-                                            kDeviceTransports),
+                         ::testing::Combine(::testing::ValuesIn(all_algorithms()), ::testing::Range(0, 4),
+                                            ::testing::Values(DType::bf16), ::testing::ValuesIn(kDeviceTransports)),
                          case_name);
 INSTANTIATE_TEST_SUITE_P(Fp16, GpuStrategyAccuracy,
-                         ::testing::Combine(kEveryAlgorithm, ::testing::Values(1), ::testing::Values(DType::f16),
-                                            kDeviceTransports),
+                         ::testing::Combine(::testing::ValuesIn(all_algorithms()), ::testing::Values(1),
+                                            ::testing::Values(DType::f16), ::testing::ValuesIn(kDeviceTransports)),
                          case_name);
 
 }  // namespace
