@@ -9,7 +9,8 @@
 #                (SPATTN_CTEST_REGEX, when set, runs only the tests it matches)
 #   sweep        `spattn run --device cuda --check --backward` for every strategy, causal and not,
 #                at SPATTN_SWEEP_RANKS ranks (default 1 2 3 8) over the machine's GPUs
-#   faults       StalledRankOnGpus and PlanMemoryOnGpus at one rank per GPU (faults.log)
+#   faults       StalledRankOnGpus and PlanMemoryOnGpus at one rank per GPU, then `spattn run` over
+#                NCCL with a rank killed or stalled (SPATTN_FAULT) for three strategies (faults.log)
 #   python-gpu   SPATTN_CUDA=ON pip install . and pytest tests/python_gpu under torchrun at 1 and
 #                every GPU, then bench/python_call_overhead.py at each (python-build.log,
 #                python-gpu-N.log, python-overhead.log)
@@ -309,8 +310,32 @@ elif ((built)); then
     --gtest_color=no --gtest_filter='*StalledRankOnGpus*:*PlanMemoryOnGpus*' >"$logs/faults.log" 2>&1
   status=$?
   counts="$(gtest_counts "$logs/faults.log")"
-  if [[ $status -eq 0 ]]; then record faults passed "$counts at $gpus ranks"
-  else record faults failed "exit $status; $counts at $gpus ranks: see faults.log"; fi
+  # Then through the program over NCCL, as a user meets it: rank 1 killed or stalled for ever at
+  # its first transfer; every other rank must print that it timed out, and the job must end.
+  # Open MPI ends a job at once when a rank dies, so the kill runs under --enable-recovery.
+  program_faults=0 program_faults_failed=0 program_report=""
+  for fault in stall kill; do
+    for algorithm in zigzag ulysses hamilton; do
+      launcher=(--oversubscribe -np "$gpus" -x SPATTN_TIMEOUT=3 -x "SPATTN_FAULT=$fault:1:0")
+      [[ $fault == kill ]] && launcher+=(--enable-recovery)
+      echo "== spattn run over NCCL, SPATTN_FAULT=$fault:1:0, $algorithm" >>"$logs/faults.log"
+      started=$SECONDS
+      timeout 60 mpirun "${launcher[@]}" "$build_dir/spattn" run --device cuda --transport nccl \
+        --algo "$algorithm" --seq 4096 --heads 8 --head-dim 128 --backward >>"$logs/faults.log" 2>&1
+      elapsed=$((SECONDS - started))
+      program_faults=$((program_faults + 1))
+      program_report+=" $fault/$algorithm ${elapsed}s"
+      if ! tail -n 40 "$logs/faults.log" | grep -q "rank 0 of $gpus timed out after 3 s"; then
+        program_faults_failed=$((program_faults_failed + 1))
+        program_report+="(not reported)"
+      fi
+    done
+  done
+  if [[ $status -eq 0 && $program_faults_failed -eq 0 ]]; then
+    record faults passed "$counts at $gpus ranks; program faults reported:$program_report"
+  else
+    record faults failed "exit $status; $counts at $gpus ranks; program faults:$program_report: see faults.log"
+  fi
 else
   record faults skipped "no build"
 fi

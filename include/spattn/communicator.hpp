@@ -38,6 +38,9 @@ struct TransferSite {
 /// " (at step 3 of the forward's steps 0-7)", or "" for a site that names no call.
 std::string describe_site(const TransferSite& site);
 
+/// Whether `message` names a site already (holds what describe_site writes).
+bool names_a_site(const std::string& message);
+
 /// An in-flight transfer, completed by Communicator::wait.
 class PendingTransfer {
  public:
@@ -83,6 +86,7 @@ class Communicator {
   /// gives up on it and aborts the communicator, so that the device work waiting on it ends).
   /// Every later call throws it too; call this after synchronizing with the device to know that
   /// what the calls wrote is whole. Host communicators fail inside the call and do nothing here.
+  /// Safe to call from any thread, also while another one is in a call.
   virtual void check_transfers_completed() {}
 
   /// The device stream whose work produces the send buffers and consumes the received ones (a

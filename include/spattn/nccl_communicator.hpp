@@ -32,9 +32,11 @@ NcclUniqueIdBytes make_nccl_unique_id();
 /// one also orders the compute stream after those started before it.
 ///
 /// The control plane (host_all_gather, barrier) goes through a small device buffer and blocks.
-/// Initialization is nonblocking inside NCCL and polled: when it, or a blocking control-plane
-/// call, takes longer than the timeout (default: SPATTN_TIMEOUT, else 600 s) the communicator is
-/// aborted and an Error is thrown. The data plane does not block the host, so a watchdog thread
+/// Initialization is nonblocking inside NCCL and polled: when a blocking control-plane call takes
+/// longer than the timeout (default: SPATTN_TIMEOUT, else 600 s), or making a communicator
+/// (initialization, split, the first exchange with every rank) longer than the timeout and at
+/// least 60 s (NCCL's setup alone can take seconds), the communicator is aborted and an Error is
+/// thrown. The data plane does not block the host, so a watchdog thread
 /// watches each transfer: one still unfinished a timeout after everything before it on the
 /// communication stream has finished (a peer died or stalled), or an asynchronous NCCL error,
 /// makes it abort the communicator, which ends the GPU work waiting on it. From then on this

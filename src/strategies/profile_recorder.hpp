@@ -38,13 +38,16 @@ class ProfileRecorder {
 
   /// Waits on `transfer` through `communicator`, counting the time as waiting on communication in
   /// `step`. An Error from the wait (a peer that never came) gets the step it happened at, which
-  /// says how far the call got; a device communicator that finds the failure later names it too.
+  /// says how far the call got, unless it names a step already: a device communicator may report
+  /// here a transfer of an earlier step that failed while the host went on.
   void wait(int step, Communicator& communicator, PendingTransfer& transfer) {
     transfer.site = TransferSite{call_, step, steps_};
     try {
       timed(step, &StepTiming::comm_wait_ms, &Profile::comm_wait_ms, [&] { communicator.wait(transfer); });
     } catch (const Error& error) {
-      throw Error(std::string(error.what()) + describe_site(transfer.site));
+      const std::string message = error.what();
+      if (names_a_site(message)) throw;
+      throw Error(message + describe_site(transfer.site));
     }
   }
 

@@ -28,14 +28,14 @@ TEST_P(StalledRank, EveryOtherRankReportsItWithinTheTimeout) {
   std::unique_ptr<MpiCommunicator> communicator;
   {
     // Read when a communicator is made; this one (and what splits from it) carries the fault.
-    const ScopedEnvironment timeout("SPATTN_TIMEOUT", std::to_string(kStallTestTimeoutSeconds));
-    const ScopedEnvironment fault("SPATTN_FAULT", stall_at_first_transfer(stalled));
+    const ScopedEnvironment timeout("SPATTN_TIMEOUT", std::to_string(kHostStallTimes.timeout_seconds));
+    const ScopedEnvironment fault("SPATTN_FAULT", stall_at_first_transfer(stalled, kHostStallTimes));
     communicator = std::make_unique<MpiCommunicator>();
   }
-  EXPECT_DOUBLE_EQ(communicator->timeout_seconds(), kStallTestTimeoutSeconds);
+  EXPECT_DOUBLE_EQ(communicator->timeout_seconds(), kHostStallTimes.timeout_seconds);
   const AttentionShape shape{1, 2 * setup.length_unit, 2 * ranks, ranks, 8, DType::f32};
   const AttentionProblem problem = random_problem(shape, AttentionOptions{}, 91, /*backward=*/false);
-  expect_stall_reported(*communicator, algorithm, setup, problem, stalled,
+  expect_stall_reported(*communicator, algorithm, setup, problem, stalled, kHostStallTimes,
                         algorithm_name(algorithm) + " at " + std::to_string(ranks) + " ranks");
 }
 

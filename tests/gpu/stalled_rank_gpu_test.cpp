@@ -42,23 +42,22 @@ TEST_P(StalledRankOnGpus, EveryOtherRankReportsItWithinTheTimeout) {
   std::unique_ptr<Communicator> communicator;
   std::string why_not;
   {
-    // Read when a communicator is made; this one (and what splits from it) carries the fault.
-    const ScopedEnvironment fault("SPATTN_FAULT", stall_at_first_transfer(stalled));
+    // Read when a communicator is made; this one (and what splits from it) carries the fault
+    // and the timeout.
+    const ScopedEnvironment fault("SPATTN_FAULT", stall_at_first_transfer(stalled, kGpuStallTimes));
+    const ScopedEnvironment timeout("SPATTN_TIMEOUT", std::to_string(kGpuStallTimes.timeout_seconds));
     try {
       const DevicePlacement placement = place_on_devices(world(), DeviceKind::cuda, transport);
       if (transport == Transport::staged_mpi) {
         // Over a new MPI communicator, which reads the settings (one split from the world's
         // would inherit the world's).
-        const ScopedEnvironment timeout("SPATTN_TIMEOUT", std::to_string(kStallTestTimeoutSeconds));
         communicator = std::make_unique<StagedMpiCommunicator>(std::make_unique<MpiCommunicator>(),
                                                                placement.device.index);
       } else {
 #ifdef SPATTN_WITH_NCCL
-        // Made with the usual timeout: NCCL connects every pair of ranks as it makes the
-        // communicator, which can take longer than the 1 s of the test.
-        auto nccl = std::make_unique<NcclCommunicator>(world(), placement.device.index);
-        nccl->set_timeout_seconds(kStallTestTimeoutSeconds);
-        communicator = std::move(nccl);
+        // Making it (and splitting it) may take longer than the timeout: NCCL's setup waits at least
+        // 60 s whatever the timeout.
+        communicator = std::make_unique<NcclCommunicator>(world(), placement.device.index);
 #else
         why_not = "NCCL is not built into this spattn";
 #endif
@@ -71,7 +70,7 @@ TEST_P(StalledRankOnGpus, EveryOtherRankReportsItWithinTheTimeout) {
   const AttentionShape shape{1, 2 * setup.length_unit, 2 * ranks, ranks, 64, DType::bf16};
   const AttentionProblem problem = random_problem(shape, AttentionOptions{}, 93, /*backward=*/false);
 
-  expect_stall_reported(*communicator, algorithm, setup, problem, stalled,
+  expect_stall_reported(*communicator, algorithm, setup, problem, stalled, kGpuStallTimes,
                         algorithm_name(algorithm) + " over " + transport_name(transport) +
                             " at " + std::to_string(ranks) + " ranks");
 }

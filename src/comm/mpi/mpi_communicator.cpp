@@ -3,7 +3,6 @@
 #include <mpi.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <climits>
 #include <cstdlib>
@@ -13,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm/family_health.hpp"
 #include "comm/fault_injection.hpp"
 #include "comm/timeout_message.hpp"
 #include "spattn/communication_timeout.hpp"
@@ -52,7 +52,7 @@ class MpiPendingTransfer final : public PendingTransfer {
   std::vector<MPI_Request> requests;
   std::vector<RequestRole> roles;
   double timeout_seconds = kDefaultCommunicationTimeoutSeconds;
-  std::shared_ptr<const std::string> communicator_broken;  // set: its peers were given up on
+  std::shared_ptr<const FamilyHealth> communicator_health;  // a failure: its peers were given up on
 
   ~MpiPendingTransfer() override;
 };
@@ -126,7 +126,7 @@ MpiPendingTransfer::~MpiPendingTransfer() {
   if (requests.empty()) return;
   try {
     // Once its communicator gave up on a peer, waiting again would only add a timeout per transfer.
-    if (communicator_broken->empty() && complete_within(requests, timeout_seconds, operation)) return;
+    if (communicator_health->failure().empty() && complete_within(requests, timeout_seconds, operation)) return;
   } catch (const Error&) {  // an MPI error: nothing more to complete
   }
   abandon(requests, roles);
@@ -134,10 +134,6 @@ MpiPendingTransfer::~MpiPendingTransfer() {
 
 // spattn's point-to-point traffic uses one tag; order between two ranks is MPI's FIFO order.
 constexpr int kTransferTag = 7301;
-
-// Set once any communicator of this process gave up on a peer (see the atexit in
-// ensure_mpi_initialized).
-std::atomic<bool> gave_up_on_a_peer{false};
 
 }  // namespace
 
@@ -149,13 +145,14 @@ struct MpiCommunicator::State {
   double timeout_seconds = kDefaultCommunicationTimeoutSeconds;
   std::shared_ptr<FaultPlan> fault;  // shared with the communicators split from this one
   // Why this communicator cannot be used again, after a timeout; shared with the communicators
-  // split from it (and theirs), which serve the same plans: one giving up retires them all.
-  std::shared_ptr<std::string> broken = std::make_shared<std::string>();
+  // split from it (and theirs).
+  std::shared_ptr<FamilyHealth> health = std::make_shared<FamilyHealth>();
 
   void check_usable() const {
-    SPATTN_CHECK(broken->empty(), "this MPI communicator (or one split from the same one) gave up on its peers "
+    const std::string failure = health->failure();
+    SPATTN_CHECK(failure.empty(), "this MPI communicator (or one split from the same one) gave up on its peers "
                                   "earlier and cannot be used again ("
-                                      << *broken << "); make a new one");
+                                      << failure << "); make a new one");
   }
 
   // A new transfer of `operation` with this communicator's timeout, counted for SPATTN_FAULT (which
@@ -166,7 +163,7 @@ struct MpiCommunicator::State {
     auto pending = std::make_unique<MpiPendingTransfer>();
     pending->operation = operation;
     pending->timeout_seconds = timeout_seconds;
-    pending->communicator_broken = broken;
+    pending->communicator_health = health;
     return pending;
   }
 
@@ -178,15 +175,14 @@ struct MpiCommunicator::State {
     const std::string message = timeout_message(describe_rank(rank, size), timeout_seconds,
                                                 pending_description(requests, roles, operation, size));
     abandon(requests, roles);
-    gave_up_on_a_peer = true;
-    *broken = message;
-    SPATTN_FAIL(*broken);
+    health->record(message);
+    SPATTN_FAIL(message);
   }
 
   void share_settings_with(State& child) const {
     child.timeout_seconds = timeout_seconds;
     child.fault = fault;
-    child.broken = broken;
+    child.health = health;
   }
 };
 
@@ -204,7 +200,7 @@ void ensure_mpi_initialized() {
   std::atexit([] {
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (!finalized && !gave_up_on_a_peer) MPI_Finalize();
+    if (!finalized && !process_gave_up_on_a_peer()) MPI_Finalize();
   });
 }
 
@@ -229,7 +225,7 @@ MpiCommunicator::~MpiCommunicator() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   // A communicator that gave up may still have a collective in flight: freeing it could wait.
-  if (!finalized && state_->comm != MPI_COMM_NULL && state_->broken->empty()) MPI_Comm_free(&state_->comm);
+  if (!finalized && state_->comm != MPI_COMM_NULL && state_->health->failure().empty()) MPI_Comm_free(&state_->comm);
 }
 
 int MpiCommunicator::rank() const { return state_->rank; }

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm/family_health.hpp"
 #include "comm/fault_injection.hpp"
 #include "comm/nccl/transfer_watchdog.hpp"
 #include "comm/timeout_message.hpp"
@@ -60,6 +61,14 @@ bool poll_until_ready(ncclComm_t comm, const char* operation, Clock::time_point 
   }
 }
 
+// Making a communicator (initialization, a split, and the first exchange that connects every
+// pair of ranks) may take at least this long, whatever the timeout: NCCL's own setup takes
+// seconds (on 2 H200s a split's first exchange took over 1 s), and a timeout chosen to catch a
+// stalled transfer must not fail it. A peer that never comes is still reported, this much later.
+constexpr double kShortestSetupTimeoutSeconds = 60.0;
+
+double setup_timeout(double timeout_seconds) { return std::max(timeout_seconds, kShortestSetupTimeoutSeconds); }
+
 // A communicator being created: ready, or aborted and an Error thrown.
 ncclComm_t await_new_comm(ncclComm_t comm, ncclResult_t status, const char* operation, double timeout_seconds) {
   if (status != ncclSuccess && status != ncclInProgress) {
@@ -103,25 +112,6 @@ class NcclPendingTransfer final : public PendingTransfer {
  public:
   explicit NcclPendingTransfer(uint64_t watch_ticket) : ticket(watch_ticket) {}
   uint64_t ticket;
-};
-
-// Why a communicator, and every one split from the same one, cannot be used again: they serve
-// the same plans, so one giving up retires them all. The watchdog's thread writes it.
-class FamilyHealth {
- public:
-  // Keeps the first failure: the later ones follow from it.
-  void record(const std::string& failure) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (failure_.empty()) failure_ = failure;
-  }
-  void check() const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    SPATTN_CHECK(failure_.empty(), failure_);
-  }
-
- private:
-  mutable std::mutex mutex_;
-  std::string failure_;
 };
 
 // What rank 0 of a bootstrap communicator gives every rank: the id, or word that making it failed.
@@ -274,13 +264,13 @@ struct NcclCommunicator::State {
 
   // An owned communicator that hangs is aborted (and unusable from then on, with the ones split
   // from the same one); a borrowed one is left to its owner.
-  [[noreturn]] void fail_timeout(const char* operation) {
+  [[noreturn]] void fail_timeout(const char* operation, double waited_seconds) {
     if (owned) {
       ncclCommAbort(comm);
       comm = nullptr;
     }
     const std::string message =
-        timeout_message(describe_rank(rank, size), timeout_seconds, std::string("NCCL ") + operation) +
+        timeout_message(describe_rank(rank, size), waited_seconds, std::string("NCCL ") + operation) +
         (owned ? "; the communicator was aborted" : "");
     health->record(message);
     SPATTN_FAIL(message);
@@ -288,9 +278,10 @@ struct NcclCommunicator::State {
 
   // After an NCCL call on the communication stream: in nonblocking mode the call may return
   // before its work is enqueued, and nothing may be recorded on the stream until it is.
-  void complete_issue(ncclResult_t status, const char* operation) {
+  // It waits for that at most `waited_seconds`.
+  void complete_issue(ncclResult_t status, const char* operation, double waited_seconds) {
     check_issued(status, operation, comm);
-    if (!poll_until_ready(comm, operation, deadline_after(timeout_seconds))) fail_timeout(operation);
+    if (!poll_until_ready(comm, operation, deadline_after(waited_seconds))) fail_timeout(operation, waited_seconds);
   }
 
   // The communication stream continues after the compute stream's work so far.
@@ -300,25 +291,29 @@ struct NcclCommunicator::State {
   }
 
   // Runs `issue` (NCCL calls that return their first failure) between ncclGroupStart and
-  // ncclGroupEnd, closing the group even when a call failed.
+  // ncclGroupEnd, closing the group even when a call failed; waits for the group's issue as
+  // complete_issue does.
   template <typename Issue>
-  void grouped(const char* operation, Issue&& issue) {
+  void grouped(const char* operation, double waited_seconds, Issue&& issue) {
     check_issued(ncclGroupStart(), "ncclGroupStart", comm);
     const ncclResult_t issued = issue();
     const ncclResult_t ended = ncclGroupEnd();
     check_issued(issued, operation, comm);
-    complete_issue(ended, operation);
+    complete_issue(ended, operation, waited_seconds);
   }
 
-  // Blocks the host until the communication stream is idle (control plane only).
-  void block_until_idle(const char* operation) {
-    const Clock::time_point deadline = deadline_after(timeout_seconds);
+  // Blocks the host until the communication stream is idle (control plane only), for at most
+  // `waited_seconds`.
+  void block_until_idle(const char* operation, double waited_seconds) {
+    const Clock::time_point deadline = deadline_after(waited_seconds);
     for (;;) {
       const cudaError_t status = cudaStreamQuery(stream);
       if (status == cudaSuccess) return;
       SPATTN_CHECK(status == cudaErrorNotReady, "cudaStreamQuery after NCCL " << operation << " failed: "
                                                                               << cudaGetErrorString(status));
-      if (!poll_until_ready(comm, operation, deadline) || Clock::now() > deadline) fail_timeout(operation);
+      if (!poll_until_ready(comm, operation, deadline) || Clock::now() > deadline) {
+        fail_timeout(operation, waited_seconds);
+      }
       std::this_thread::yield();
     }
   }
@@ -332,7 +327,7 @@ struct NcclCommunicator::State {
     cuda::CurrentDeviceGuard guard(device_index);
     char* bytes = static_cast<char*>(control_buffer_of(2 * static_cast<std::size_t>(size)));
     SPATTN_CUDA_CHECK(cudaMemsetAsync(bytes, 0, 2 * static_cast<std::size_t>(size), stream));
-    grouped("the first exchange with every rank", [&] {
+    grouped("the first exchange with every rank", setup_timeout(timeout_seconds), [&] {
       for (int peer = 0; peer < size; ++peer) {
         ncclResult_t status = ncclRecv(bytes + size + peer, 1, ncclUint8, peer, comm, stream);
         if (status != ncclSuccess && status != ncclInProgress) return status;
@@ -341,7 +336,7 @@ struct NcclCommunicator::State {
       }
       return ncclSuccess;
     });
-    block_until_idle("the first exchange with every rank");
+    block_until_idle("the first exchange with every rank", setup_timeout(timeout_seconds));
   }
 
   void* control_buffer_of(std::size_t bytes) {
@@ -377,7 +372,7 @@ NcclCommunicator::NcclCommunicator(int rank, int size, const NcclUniqueIdBytes& 
   {
     cuda::CurrentDeviceGuard guard(device_index);
     const ncclResult_t status = ncclCommInitRankConfig(&comm, size, id, rank, &config);
-    await_new_comm(comm, status, "ncclCommInitRankConfig", timeout_seconds);
+    await_new_comm(comm, status, "ncclCommInitRankConfig", setup_timeout(timeout_seconds));
   }
   state_ = std::make_unique<State>(comm, true, timeout_seconds);
   state_->set_up();
@@ -425,15 +420,17 @@ std::unique_ptr<PendingTransfer> NcclCommunicator::start(const TransferBatch& ba
     SPATTN_CHECK(send.peer >= 0 && send.peer < state_->size,
                  "send to rank " << send.peer << "; ranks are 0.." << state_->size - 1);
   }
+  // Each peer once, however many buffers go to or come from it.
   std::vector<int> peers;
-  for (const PeerBuffer& receive : batch.receives) peers.push_back(receive.peer);
-  for (const PeerBuffer& send : batch.sends) {
-    if (std::find(peers.begin(), peers.end(), send.peer) == peers.end()) peers.push_back(send.peer);
+  for (const std::vector<PeerBuffer>* buffers : {&batch.receives, &batch.sends}) {
+    for (const PeerBuffer& buffer : *buffers) {
+      if (std::find(peers.begin(), peers.end(), buffer.peer) == peers.end()) peers.push_back(buffer.peer);
+    }
   }
   return state_->data_transfer("a send/receive batch", peers, [&](ncclComm_t comm) {
     // One group: NCCL matches every send with its receive whatever the order of peers, without
     // deadlock (the group is one operation).
-    state_->grouped("send/receive batch", [&] {
+    state_->grouped("send/receive batch", state_->timeout_seconds, [&] {
       for (const PeerBuffer& receive : batch.receives) {
         const ncclResult_t status = ncclRecv(receive.data, receive.bytes, ncclUint8, receive.peer, comm, state_->stream);
         if (status != ncclSuccess && status != ncclInProgress) return status;
@@ -451,7 +448,7 @@ std::unique_ptr<PendingTransfer> NcclCommunicator::start_all_to_all(const void* 
                                                                     std::size_t bytes_per_rank) {
   return state_->data_transfer("an all-to-all", {}, [&](ncclComm_t comm) {
     // NCCL has no all-to-all collective: one send and one receive per peer, in one group.
-    state_->grouped("all-to-all", [&] {
+    state_->grouped("all-to-all", state_->timeout_seconds, [&] {
       for (int peer = 0; peer < state_->size; ++peer) {
         const std::size_t offset = bytes_per_rank * static_cast<std::size_t>(peer);
         ncclResult_t status = ncclRecv(static_cast<char*>(receive) + offset, bytes_per_rank, ncclUint8, peer, comm,
@@ -470,7 +467,7 @@ std::unique_ptr<PendingTransfer> NcclCommunicator::start_all_gather(const void* 
                                                                     std::size_t bytes_per_rank) {
   return state_->data_transfer("an all-gather", {}, [&](ncclComm_t comm) {
     state_->complete_issue(ncclAllGather(send, receive, bytes_per_rank, ncclUint8, comm, state_->stream),
-                           "ncclAllGather");
+                           "ncclAllGather", state_->timeout_seconds);
   });
 }
 
@@ -479,7 +476,7 @@ std::unique_ptr<PendingTransfer> NcclCommunicator::start_reduce_scatter_sum(cons
   return state_->data_transfer("a reduce-scatter", {}, [&](ncclComm_t comm) {
     state_->complete_issue(
         ncclReduceScatter(send, receive, floats_per_rank, ncclFloat, ncclSum, comm, state_->stream),
-        "ncclReduceScatter");
+        "ncclReduceScatter", state_->timeout_seconds);
   });
 }
 
@@ -512,12 +509,12 @@ std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key) {
     const ncclResult_t status = ncclCommSplit(comm, color, key, &part, &config);
     if (status == ncclSuccess || status == ncclInProgress) {
       // The parent is busy until the split is done, and so is the new communicator.
-      if (!poll_until_ready(comm, "ncclCommSplit", deadline_after(state_->timeout_seconds))) {
+      if (!poll_until_ready(comm, "ncclCommSplit", deadline_after(setup_timeout(state_->timeout_seconds)))) {
         if (part != nullptr) ncclCommAbort(part);
-        state_->fail_timeout("ncclCommSplit");
+        state_->fail_timeout("ncclCommSplit", setup_timeout(state_->timeout_seconds));
       }
     }
-    await_new_comm(part, status, "ncclCommSplit", state_->timeout_seconds);
+    await_new_comm(part, status, "ncclCommSplit", setup_timeout(state_->timeout_seconds));
   }
   auto state = std::make_unique<State>(part, true, state_->timeout_seconds);
   state->compute_stream = state_->compute_stream;
@@ -544,9 +541,9 @@ void NcclCommunicator::host_all_gather(const void* send, void* receive, std::siz
   SPATTN_CUDA_CHECK(cudaMemcpyAsync(mine, send, bytes_per_rank, cudaMemcpyHostToDevice, state_->stream));
   // In place: this rank's block already sits at its place in the gathered buffer.
   state_->complete_issue(ncclAllGather(mine, gathered, bytes_per_rank, ncclUint8, comm, state_->stream),
-                         "ncclAllGather (host_all_gather)");
+                         "ncclAllGather (host_all_gather)", state_->timeout_seconds);
   // Wait under the timeout first: a copy into pageable memory would block on a missing peer for ever.
-  state_->block_until_idle("host_all_gather");
+  state_->block_until_idle("host_all_gather", state_->timeout_seconds);
   SPATTN_CUDA_CHECK(cudaMemcpyAsync(receive, gathered, total, cudaMemcpyDeviceToHost, state_->stream));
   SPATTN_CUDA_CHECK(cudaStreamSynchronize(state_->stream));
 }
