@@ -2,6 +2,7 @@
 an independent fp64 attention written here in plain Python, and the exit status and message of
 bad input. Usage: python3 test_cli.py PATH_TO_SPATTN (standard library only)."""
 
+import json
 import math
 import os
 import random
@@ -192,6 +193,40 @@ class FaultyRank(unittest.TestCase):
         self.assertEqual(result.returncode, 1)
         self.assertIn("SPATTN_FAULT='explode:1:0' is not a fault to inject; allowed: '<kill|stall>:<rank>:<step>",
                       result.stderr)
+
+
+class CostModelComparison(unittest.TestCase):
+    """bench/compare_with_cost_model.py sets a measured time beside `spattn plan --compare`'s
+    prediction at the kernel rate that one GPU measured on the shard."""
+
+    def test_measured_time_sits_beside_the_models_at_the_shards_rate(self):
+        header = ("implementation,algorithm,gpus,device,batch,heads,kv_heads,head_dim,tokens_per_gpu,causal,dtype,"
+                  "pass,ms,tflops_per_gpu,ideal_tflops,percent_of_ideal,peak_memory_mib")
+        shape = "1,32,8,128,8192,1,bf16,forward+backward"
+        with tempfile.TemporaryDirectory() as directory:
+            path = os.path.join(directory, "bench.csv")
+            with open(path, "w") as f:
+                f.write(header + "\n")
+                f.write("spattn_local_shard,local,1,GPU," + shape + ",4.0,400,,,100\n")
+                f.write("spattn,zigzag,2,GPU x2," + shape + ",12.5,300,,75,100\n")
+                f.write("spattn,ulysses,2,GPU x2," + shape + ",13.0,290,,72,100\n")
+            script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench",
+                                  "compare_with_cost_model.py")
+            table = subprocess.run([sys.executable, script, path, "--spattn", SPATTN, "--preset", "nvswitch"],
+                                   capture_output=True, text=True, env=ENV, check=True).stdout
+        model = subprocess.run([SPATTN, "plan", "--compare", "--json", "--preset", "nvswitch", "--ranks", "2",
+                                "--seq", "16384", "--heads", "32", "--kv-heads", "8", "--head-dim", "128",
+                                "--causal", "--tflops", "400.000"], capture_output=True, text=True, env=ENV,
+                               check=True).stdout
+        predicted = {entry["algo"]: 1e3 * entry["forward_backward_s"] for entry in json.loads(model)["strategies"]
+                     if entry["not_applicable"] is None}
+        for algorithm, measured in (("zigzag", 12.5), ("ulysses", 13.0)):
+            row = [line for line in table.splitlines() if "| %s |" % algorithm in line]
+            self.assertEqual(len(row), 1, table)
+            cells = [cell.strip() for cell in row[0].strip("|").split("|")]
+            self.assertEqual(cells[:6], ["2", "8k", "causal", "forward+backward", "8", "400"], row)
+            self.assertAlmostEqual(float(cells[8]), predicted[algorithm], places=2)
+            self.assertAlmostEqual(float(cells[9]), measured / predicted[algorithm], places=2)
 
 
 if __name__ == "__main__":
