@@ -71,7 +71,6 @@ class NcclCommunicator final : public Communicator {
   /// How long a transfer or a control-plane call may wait for the peers (communicators split
   /// from this one later take it too).
   double timeout_seconds() const;
-  void set_timeout_seconds(double seconds);
 
   int rank() const override;
   int size() const override;

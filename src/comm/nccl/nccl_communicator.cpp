@@ -327,7 +327,8 @@ struct NcclCommunicator::State {
     cuda::CurrentDeviceGuard guard(device_index);
     char* bytes = static_cast<char*>(control_buffer_of(2 * static_cast<std::size_t>(size)));
     SPATTN_CUDA_CHECK(cudaMemsetAsync(bytes, 0, 2 * static_cast<std::size_t>(size), stream));
-    grouped("the first exchange with every rank", setup_timeout(timeout_seconds), [&] {
+    const double setup_seconds = setup_timeout(timeout_seconds);
+    grouped("the first exchange with every rank", setup_seconds, [&] {
       for (int peer = 0; peer < size; ++peer) {
         ncclResult_t status = ncclRecv(bytes + size + peer, 1, ncclUint8, peer, comm, stream);
         if (status != ncclSuccess && status != ncclInProgress) return status;
@@ -336,7 +337,7 @@ struct NcclCommunicator::State {
       }
       return ncclSuccess;
     });
-    block_until_idle("the first exchange with every rank", setup_timeout(timeout_seconds));
+    block_until_idle("the first exchange with every rank", setup_seconds);
   }
 
   void* control_buffer_of(std::size_t bytes) {
@@ -393,13 +394,6 @@ NcclCommunicator::NcclCommunicator(ncclComm* borrowed_comm, double timeout_secon
 NcclCommunicator::~NcclCommunicator() = default;
 
 double NcclCommunicator::timeout_seconds() const { return state_->timeout_seconds; }
-
-void NcclCommunicator::set_timeout_seconds(double seconds) {
-  SPATTN_CHECK(seconds > 0, "the NCCL timeout must be positive, got " << seconds);
-  std::lock_guard<std::mutex> lock(state_->comm_mutex);
-  state_->timeout_seconds = seconds;
-  state_->watchdog->set_timeout_seconds(seconds);
-}
 
 void NcclCommunicator::set_compute_stream(void* stream) {
   state_->compute_stream = static_cast<cudaStream_t>(stream);
@@ -504,17 +498,18 @@ std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key) {
   ncclComm_t comm = state_->usable_comm();
   ncclConfig_t config = nonblocking_config();
   ncclComm_t part = nullptr;
+  const double setup_seconds = setup_timeout(state_->timeout_seconds);
   {
     cuda::CurrentDeviceGuard guard(state_->device_index);
     const ncclResult_t status = ncclCommSplit(comm, color, key, &part, &config);
     if (status == ncclSuccess || status == ncclInProgress) {
       // The parent is busy until the split is done, and so is the new communicator.
-      if (!poll_until_ready(comm, "ncclCommSplit", deadline_after(setup_timeout(state_->timeout_seconds)))) {
+      if (!poll_until_ready(comm, "ncclCommSplit", deadline_after(setup_seconds))) {
         if (part != nullptr) ncclCommAbort(part);
-        state_->fail_timeout("ncclCommSplit", setup_timeout(state_->timeout_seconds));
+        state_->fail_timeout("ncclCommSplit", setup_seconds);
       }
     }
-    await_new_comm(part, status, "ncclCommSplit", setup_timeout(state_->timeout_seconds));
+    await_new_comm(part, status, "ncclCommSplit", setup_seconds);
   }
   auto state = std::make_unique<State>(part, true, state_->timeout_seconds);
   state->compute_stream = state_->compute_stream;

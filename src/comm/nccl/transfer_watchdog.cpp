@@ -69,11 +69,6 @@ void TransferWatchdog::set_site(uint64_t ticket, const TransferSite& site) {
   }
 }
 
-void TransferWatchdog::set_timeout_seconds(double seconds) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  timeout_seconds_ = seconds;
-}
-
 std::string TransferWatchdog::describe(const Watched& transfer) {
   std::ostringstream what;
   what << transfer.operation;

@@ -44,9 +44,6 @@ class TransferWatchdog {
   /// Where the caller waits on transfer `ticket`, for the message; ignored once it is done.
   void set_site(uint64_t ticket, const TransferSite& site);
 
-  /// From now on, for the transfers in flight too.
-  void set_timeout_seconds(double seconds);
-
  private:
   struct Watched {
     uint64_t ticket = 0;
@@ -64,9 +61,9 @@ class TransferWatchdog {
   const std::string who_;
   const Probe probe_;
   const GiveUp give_up_;
+  const double timeout_seconds_;
 
   std::mutex mutex_;  // guards everything below
-  double timeout_seconds_;
   std::condition_variable wake_;
   std::deque<Watched> watched_;      // oldest first
   std::vector<cudaEvent_t> spare_;   // events of finished transfers, reused: no new event per step
