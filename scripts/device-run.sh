@@ -29,8 +29,9 @@
 # Its image may lack GoogleTest or OpenBLAS and can fetch nothing. Then, once, on a machine that
 # has them (Debian/Ubuntu packages libgtest-dev/googletest and libopenblas-dev):
 #   bash scripts/device-run.sh --prepare-deps
-# which copies their sources/libraries and the cudnn-frontend headers (pip nvidia-cudnn-frontend)
-# into build-cuda-deps/ (ignored by git, ~45 MB); name that
+# which copies their sources/libraries, the cudnn-frontend headers (pip nvidia-cudnn-frontend) and
+# the nvidia-cutlass wheel (CUTLASS/CuTe headers, unpacked on the device) into build-cuda-deps/
+# (ignored by git, ~52 MB); name that
 # folder in the device tool's `carry` and this script uses it where the machine has none.
 # SPATTN_DEVICE_BUILD_DIR (default build-device) is where it builds. SPATTN_DEVICE_BUDGET_S
 # (default 570) bounds the whole run: the device tool stops a command after 600 s, and a stage
@@ -39,6 +40,9 @@ set -uo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 deps_dir="$root/build-cuda-deps"
+
+# The CUTLASS/CuTe headers of the own Hopper kernels: the version scripts/install-dependencies.sh installs.
+cutlass_version=4.2.0.0
 
 # ---- --prepare-deps: run where the packages are installed, not on the device machine ----------
 prepare_deps() {
@@ -63,6 +67,10 @@ prepare_deps() {
     { echo "no cudnn_frontend.h in $frontend_include: pip install nvidia-cudnn-frontend first"; exit 1; }
   mkdir -p "$deps_dir/cudnn-frontend/include"
   cp -r "$frontend_include"/cudnn_frontend* "$frontend_include"/cudnn_backend_base.h "$deps_dir/cudnn-frontend/include/"
+  # CUTLASS/CuTe (header-only) for the own Hopper kernels: the pip wheel itself (6 MB; its 27 MB
+  # of unpacked headers would not fit in what a device call carries), unpacked by the device run.
+  mkdir -p "$deps_dir/wheels"
+  python3 -m pip download --quiet --no-deps --dest "$deps_dir/wheels" "nvidia-cutlass==$cutlass_version"
   du -sh "$deps_dir"
   echo "carry build-cuda-deps with the device tool's run"
 }
@@ -168,6 +176,27 @@ built=0
       export LD_LIBRARY_PATH="$deps_dir/openblas/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     else
       echo "ERROR: no OpenBLAS on this machine and none carried (see --prepare-deps in this script)."
+    fi
+  fi
+  # CUTLASS/CuTe headers: the python3 package's, else the carried wheel's, unpacked where
+  # cmake/FindCutlass.cmake looks (build-cuda-deps/cutlass/include).
+  if ! python3 -c "import cutlass_library" 2>/dev/null && [[ ! -f "$deps_dir/cutlass/include/cute/tensor.hpp" ]]; then
+    wheel="$(compgen -G "$deps_dir/wheels/nvidia_cutlass-*.whl" | head -1)"
+    if [[ -n "$wheel" ]]; then
+      echo "== unpacking the CUTLASS headers of $wheel"
+      python3 - "$wheel" "$deps_dir/cutlass" <<'UNPACK'
+import os, sys, zipfile
+prefix = "cutlass_library/source/include/"
+with zipfile.ZipFile(sys.argv[1]) as wheel:
+    for name in wheel.namelist():
+        if name.startswith(prefix) and not name.endswith("/"):
+            target = os.path.join(sys.argv[2], "include", name[len(prefix):])
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            with open(target, "wb") as out:
+                out.write(wheel.read(name))
+UNPACK
+    else
+      echo "WARNING: no CUTLASS headers and no carried wheel: the own Hopper kernels are left out (see --prepare-deps)"
     fi
   fi
   if ((${#prefix_path[@]})); then

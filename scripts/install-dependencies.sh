@@ -35,6 +35,10 @@ fi
 if command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]]; then
   python3 -c "import sysconfig, os, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()['purelib'], 'include', 'cudnn_frontend.h')))" ||
     python3 -m pip install --quiet --no-deps nvidia-cudnn-frontend  # only its headers are used
+  # spattn's own Hopper kernels are written with the header-only CUTLASS/CuTe of this wheel
+  # (cmake/FindCutlass.cmake; scripts/device-run.sh carries the same version).
+  python3 -c "import cutlass_library" 2>/dev/null ||
+    python3 -m pip install --quiet --no-deps nvidia-cutlass==4.2.0.0
 fi
 
 ((with_python)) || exit 0

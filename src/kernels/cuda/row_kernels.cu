@@ -10,6 +10,7 @@
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/element_conversion.cuh"
 #include "kernels/cuda/kernel_launches.hpp"
+#include "kernels/cuda/merge_weights.cuh"
 
 namespace spattn::cuda {
 namespace {
@@ -66,37 +67,26 @@ __global__ void merge_kernel(StridedOperand partial_out,  // (B, S, H, D) Partia
   const Partial* partial = static_cast<const Partial*>(partial_out.data) + row_offset(partial_out, row);
   const int64_t out_stride = running_out.strides[3], partial_stride = partial_out.strides[3];
 
-  const float high = fmaxf(lse, lse_partial);
-  const bool empty = high == -INFINITY;  // neither side saw a key
-  // lse' = max + log1p(exp(min - max)) = max + gap; -inf when empty.
-  const float gap = empty ? 0.0f : log1pf(expf(fminf(lse, lse_partial) - high));
-  const float merged = empty ? -INFINITY : high + gap;
-  // out' = out exp(lse - lse') + out_b exp(lse_b - lse'), with lse - lse' taken as
-  // (lse - max) - gap rather than from the rounded lse' (whose rounding where |lse| is large
-  // would leave the weights' sum off 1); a side of weight 0 (lse = -inf, or too far below) is
-  // not read, so whatever it holds never reaches the result, and a row that saw no key gets
-  // out = 0.
-  const float running_weight = empty ? 0.0f : expf((lse - high) - gap);
-  const float partial_weight = empty ? 0.0f : expf((lse_partial - high) - gap);
+  const MergeWeights weights = merge_weights(lse, lse_partial);
   for (int64_t d = int64_t(lane) * Width; d < head_dim; d += int64_t(kWarpSize) * Width) {
     float merged_out[Width] = {};
-    if (running_weight != 0.0f) {
+    if (weights.running != 0.0f) {
       float running_values[Width];
       load_row_elements<float, Width>(out, d, out_stride, running_values);
 #pragma unroll
-      for (int i = 0; i < Width; ++i) merged_out[i] = running_values[i] * running_weight;
+      for (int i = 0; i < Width; ++i) merged_out[i] = running_values[i] * weights.running;
     }
-    if (partial_weight != 0.0f) {
+    if (weights.partial != 0.0f) {
       float partial_values[Width];
       load_row_elements<Partial, Width>(partial, d, partial_stride, partial_values);
 #pragma unroll
-      for (int i = 0; i < Width; ++i) merged_out[i] += partial_values[i] * partial_weight;
+      for (int i = 0; i < Width; ++i) merged_out[i] += partial_values[i] * weights.partial;
     }
     store_row_elements<float, Width>(merged_out, out, d, out_stride);
   }
   // Every lane has read lse before lane 0 overwrites it.
   __syncwarp();
-  if (lane == 0) *lse_pointer = merged;
+  if (lane == 0) *lse_pointer = weights.lse;
 }
 
 template <typename Out, typename Dout, int Width>

@@ -1,0 +1,6 @@
+// The own forward for head dim 64, fp16 inputs (one instantiation per file: see CMakeLists.txt).
+#include "kernels/hopper/forward_kernel.cuh"
+
+namespace spattn::cuda::hopper {
+template void launch_forward<64, DType::f16>(const ForwardProblem&, int, cudaStream_t);
+}  // namespace spattn::cuda::hopper

@@ -1,0 +1,517 @@
+#pragma once
+// The own attention forward for sm_90a (FlashAttention-3's design, written for spattn's blocks):
+// - one CTA of three warpgroups per multiprocessor, persistent over query tiles of 128 rows
+//   (ordered so that the longest start first);
+// - warpgroup 0 produces: one thread issues tensor-memory-accelerator (TMA) loads of Q once per
+//   query tile and of K and V tiles through a two-stage pipeline of shared memory, for every key
+//   tile of every segment that some row of the query tile sees (key_tile_plan.hpp);
+// - warpgroups 1 and 2 consume, 64 query rows each: S = Q K^T by wgmma from shared memory,
+//   online softmax in fp32 registers, O += P V by wgmma with P from registers; the product of the
+//   next key tile is issued before the softmax of the current one, and the two warpgroups take
+//   turns at issuing products so that one's softmax overlaps the other's matrix work;
+// - only key tiles that cross a mask edge or the end of a segment are masked element-wise;
+// - the epilogue writes fp32 out and lse, or merges them into the running result (accumulate)
+//   with merge_weights, straight from registers: no partial result is ever rounded or stored.
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/arch/reg_reconfig.h>
+#include <cutlass/cutlass.h>
+#include <cutlass/numeric_conversion.h>
+#include <cutlass/numeric_types.h>
+#include <cutlass/pipeline/pipeline.hpp>
+
+#include <cstdint>
+
+#include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/merge_weights.cuh"
+#include "kernels/hopper/forward_problem.hpp"
+#include "kernels/hopper/key_tile_plan.hpp"
+#include "kernels/hopper/online_softmax.cuh"
+#include "kernels/hopper/warpgroup_mma.cuh"
+
+namespace spattn::cuda::hopper {
+
+using namespace cute;
+
+template <DType kDType>
+using ElementOf = std::conditional_t<kDType == DType::bf16, cutlass::bfloat16_t, cutlass::half_t>;
+
+/// Tile sizes, layouts and copy types of one instantiation.
+template <int kHeadDim_, class Element_>
+struct ForwardTraits {
+  using Element = Element_;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockM = 128;  // query rows per tile: 64 per consumer warpgroup
+  static constexpr int kBlockN = 128;  // keys per tile
+  static constexpr int kStages = 2;    // K and V tiles in flight
+  static constexpr int kConsumerThreads = 256;
+  static constexpr int kThreads = 128 + kConsumerThreads;
+  static constexpr int kRowsPerThread = 2;  // of a wgmma accumulator: rows r and r + 8
+
+  using TileQK = Shape<Int<kBlockM>, Int<kBlockN>, Int<kHeadDim>>;  // S = Q K^T: (M, N, K = D)
+  using TilePV = Shape<Int<kBlockM>, Int<kHeadDim>, Int<kBlockN>>;  // O = P V: (M, N = D, K = keys)
+  using ConsumersAlongM = Layout<Shape<_2, _1, _1>>;
+  using MmaQK = decltype(make_tiled_mma(GMMA::ss_op_selector<Element, Element, float, TileQK>(), ConsumersAlongM{}));
+  using MmaPV = decltype(make_tiled_mma(
+      GMMA::rs_op_selector<Element, Element, float, TilePV, GMMA::Major::K, GMMA::Major::MN>(), ConsumersAlongM{}));
+
+  // Q and K as loaded: rows with head_dim contiguous, 128-byte swizzled (K-major for S = Q K^T).
+  using SmemQ = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Element>{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+  using SmemK = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Element>{},
+                                       Shape<Int<kBlockN>, Int<kHeadDim>, Int<kStages>>{}));
+  // V as loaded too, but read as (head_dim, keys) with head_dim contiguous: MN-major for O = P V.
+  // Keys vary fastest between swizzle atoms so that each 64-column half of head_dim is one TMA box.
+  using SmemVt = decltype(tile_to_shape(GMMA::Layout_MN_SW128_Atom<Element>{},
+                                        Shape<Int<kHeadDim>, Int<kBlockN>, Int<kStages>>{}, Step<_2, _1, _3>{}));
+
+  using GmemShape = Shape<int32_t, int32_t, int32_t, int32_t>;      // (tokens, D, heads, B)
+  using GmemStrides = Stride<int64_t, _1, int64_t, int64_t>;        // head_dim contiguous
+  using GmemShapeVt = Shape<int32_t, int32_t, int32_t, int32_t>;    // (D, tokens, heads, B)
+  using GmemStridesVt = Stride<_1, int64_t, int64_t, int64_t>;
+  using GmemTensor = decltype(make_tensor(make_gmem_ptr(static_cast<Element const*>(nullptr)), GmemShape{}, GmemStrides{}));
+  using GmemTensorVt =
+      decltype(make_tensor(make_gmem_ptr(static_cast<Element const*>(nullptr)), GmemShapeVt{}, GmemStridesVt{}));
+  using TmaQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, SmemQ{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}, _1{}));
+  using TmaK = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(SmemK{}),
+                                      Shape<Int<kBlockN>, Int<kHeadDim>>{}, _1{}));
+  using TmaV = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensorVt{}, take<0, 2>(SmemVt{}),
+                                      Shape<Int<kHeadDim>, Int<kBlockN>>{}, _1{}));
+
+  static constexpr uint32_t kQueryTileBytes = kBlockM * kHeadDim * sizeof(Element);
+  static constexpr uint32_t kKeyTileBytes = kBlockN * kHeadDim * sizeof(Element);
+
+  using Pipeline = cutlass::PipelineTmaAsync<kStages>;
+  using PipelineState = typename Pipeline::PipelineState;
+
+  struct SharedStorage {
+    // 1024-byte alignment: the 128-byte swizzle repeats every 8 rows of 128 bytes.
+    alignas(1024) Element q[cosize_v<SmemQ>];
+    alignas(1024) Element k[cosize_v<SmemK>];
+    alignas(1024) Element v[cosize_v<SmemVt>];
+    alignas(16) cutlass::arch::ClusterTransactionBarrier query_full;
+    typename Pipeline::SharedStorage k_pipeline;
+    typename Pipeline::SharedStorage v_pipeline;
+  };
+  // The dynamic shared memory's base is only 16-byte aligned: room to align it to 1024.
+  static constexpr int kSharedBytes = sizeof(SharedStorage) + 1024;
+};
+
+/// Kernel parameters: the launch's problem and the TMA descriptors of its tensors.
+template <class Traits>
+struct ForwardParams {
+  typename Traits::TmaQ tma_q;
+  typename Traits::TmaK tma_k[kMaxSegmentsPerLaunch];
+  typename Traits::TmaV tma_v[kMaxSegmentsPerLaunch];
+  ForwardProblem problem;
+  int query_tiles;         // ceil(rows / kBlockM)
+  int total_tiles;         // query_tiles * heads * batch
+  bool last_tiles_first;   // visit each head's query tiles from the last (they see the most keys)
+};
+
+/// Named barriers (ids past CUTLASS's reserved ones).
+enum class ForwardBarrier : uint32_t {
+  query_empty = 0,  // consumers -> producer: the query tile in shared memory is no longer read
+  turn_of_first_consumer = 1,  // + consumer warpgroup: its turn to issue matrix products
+};
+
+/// One query tile of the schedule: its rows, head and batch.
+struct QueryTile {
+  int m_block;
+  int head;
+  int batch;
+  QueryRows rows;  // global positions of its first and last valid row
+};
+
+template <class Traits>
+__device__ QueryTile query_tile(const ForwardParams<Traits>& params, int linear) {
+  const ForwardProblem& problem = params.problem;
+  // The query tiles of one (batch, head) are consecutive, so that the CTAs running at once share
+  // keys and values in L2.
+  const int index_in_head = linear % params.query_tiles;
+  const int head_and_batch = linear / params.query_tiles;
+  QueryTile tile;
+  tile.m_block = params.last_tiles_first ? params.query_tiles - 1 - index_in_head : index_in_head;
+  tile.head = head_and_batch % problem.heads;
+  tile.batch = head_and_batch / problem.heads;
+  const int first_row = tile.m_block * Traits::kBlockM;
+  const int valid_rows = min(Traits::kBlockM, problem.rows - first_row);
+  tile.rows = {problem.q_position + first_row, problem.q_position + first_row + valid_rows - 1};
+  return tile;
+}
+
+/// Walks the key tiles one query tile visits: every visible tile of segment 0, then of segment 1,
+/// and so on; the producer and the consumers walk the same sequence.
+struct KeyTileCursor {
+  int segment = -1;
+  int tile = 0;
+  int end = 0;
+
+  __device__ KeyRange keys(const ForwardProblem& problem) const {
+    return {problem.segments[segment].position, problem.segments[segment].keys};
+  }
+  /// Moves to the first tile of the next segment that has one; false when none is left.
+  template <int kBlockN>
+  __device__ bool next_segment(const ForwardProblem& problem, QueryRows rows) {
+    while (++segment < problem.num_segments) {
+      const KeyTileSpan span = visible_key_tiles(rows, keys(problem), problem.mask_left, problem.mask_right, kBlockN);
+      if (!span.empty()) {
+        tile = span.begin;
+        end = span.end;
+        return true;
+      }
+    }
+    return false;
+  }
+  /// Moves to the next key tile; false when none is left.
+  template <int kBlockN>
+  __device__ bool advance(const ForwardProblem& problem, QueryRows rows) {
+    return ++tile < end || next_segment<kBlockN>(problem, rows);
+  }
+};
+
+// ---- producer ----------------------------------------------------------------------------------------
+
+template <class Traits>
+__device__ void produce(const ForwardParams<Traits>& params, typename Traits::SharedStorage& shared,
+                        typename Traits::Pipeline& k_pipeline, typename Traits::Pipeline& v_pipeline) {
+  using Pipeline = typename Traits::Pipeline;
+  constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
+  const ForwardProblem& problem = params.problem;
+  // The whole warp takes part in the named barrier; one thread issues the copies.
+  const bool issuing = threadIdx.x == 0;
+
+  Tensor sQ = make_tensor(make_smem_ptr(shared.q), typename Traits::SmemQ{});
+  Tensor sK = make_tensor(make_smem_ptr(shared.k), typename Traits::SmemK{});
+  Tensor sVt = make_tensor(make_smem_ptr(shared.v), typename Traits::SmemVt{});
+
+  const auto load_key_tile = [&](int segment, int tile, int batch, int kv_head, typename Traits::PipelineState state) {
+    const ForwardSegment& keys = problem.segments[segment];
+    const auto& tma_k = params.tma_k[segment];
+    Tensor mK = tma_k.get_tma_tensor(make_shape(keys.keys, kHeadDim, problem.kv_heads, problem.batch))(_, _, kv_head, batch);
+    Tensor gK = local_tile(mK, Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));  // (N, D, tiles)
+    auto cta_k = tma_k.get_slice(_0{});
+    Tensor tKgK = group_modes<0, 3>(cta_k.partition_S(gK));  // (TMA, tiles)
+    Tensor tKsK = group_modes<0, 3>(cta_k.partition_D(sK));  // (TMA, stages)
+    k_pipeline.producer_acquire(state);
+    copy(tma_k.with(*k_pipeline.producer_get_barrier(state), 0), tKgK(_, tile), tKsK(_, state.index()));
+  };
+  const auto load_value_tile = [&](int segment, int tile, int batch, int kv_head, typename Traits::PipelineState state) {
+    const ForwardSegment& keys = problem.segments[segment];
+    const auto& tma_v = params.tma_v[segment];
+    Tensor mVt = tma_v.get_tma_tensor(make_shape(kHeadDim, keys.keys, problem.kv_heads, problem.batch))(_, _, kv_head, batch);
+    Tensor gVt = local_tile(mVt, Shape<Int<kHeadDim>, Int<kBlockN>>{}, make_coord(_0{}, _));  // (D, N, tiles)
+    auto cta_v = tma_v.get_slice(_0{});
+    Tensor tVgV = group_modes<0, 3>(cta_v.partition_S(gVt));  // (TMA, tiles)
+    Tensor tVsV = group_modes<0, 3>(cta_v.partition_D(sVt));  // (TMA, stages)
+    v_pipeline.producer_acquire(state);
+    copy(tma_v.with(*v_pipeline.producer_get_barrier(state), 0), tVgV(_, tile), tVsV(_, state.index()));
+  };
+
+  typename Traits::PipelineState write = cutlass::make_producer_start_state<Pipeline>();
+  for (int linear = blockIdx.x; linear < params.total_tiles; linear += gridDim.x) {
+    const QueryTile query = query_tile(params, linear);
+    const int kv_head = query.head / (problem.heads / problem.kv_heads);
+    KeyTileCursor cursor;
+    if (!cursor.next_segment<kBlockN>(problem, query.rows)) continue;  // the consumers write it empty
+
+    if (issuing) load_key_tile(cursor.segment, cursor.tile, query.batch, kv_head, write);
+    cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads + 32, uint32_t(ForwardBarrier::query_empty));
+    if (issuing) {
+      Tensor mQ = params.tma_q.get_tma_tensor(make_shape(problem.rows, kHeadDim, problem.heads, problem.batch))(
+          _, _, query.head, query.batch);
+      Tensor gQ = local_tile(mQ, Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(query.m_block, _0{}));  // (M, D)
+      auto cta_q = params.tma_q.get_slice(_0{});
+      shared.query_full.arrive_and_expect_tx(Traits::kQueryTileBytes);
+      copy(params.tma_q.with(reinterpret_cast<cutlass::arch::ClusterTransactionBarrier::ValueType&>(shared.query_full), 0),
+           group_modes<0, 3>(cta_q.partition_S(gQ)), group_modes<0, 3>(cta_q.partition_D(sQ)));
+    }
+    // V of a key tile goes one step after its K: the consumers multiply by V after the softmax
+    // of the tile, while the next tile's S = Q K^T runs.
+    KeyTileCursor previous = cursor;
+    typename Traits::PipelineState previous_stage = write;
+    while (cursor.advance<kBlockN>(problem, query.rows)) {
+      ++write;
+      if (issuing) {
+        load_key_tile(cursor.segment, cursor.tile, query.batch, kv_head, write);
+        load_value_tile(previous.segment, previous.tile, query.batch, kv_head, previous_stage);
+      }
+      previous = cursor;
+      previous_stage = write;
+    }
+    if (issuing) load_value_tile(previous.segment, previous.tile, query.batch, kv_head, previous_stage);
+    ++write;
+  }
+}
+
+// ---- consumers ---------------------------------------------------------------------------------------
+
+/// Scores of columns that the mask hides (or that lie past the segment's end) become -inf.
+template <class Scores, class Coordinates>
+__device__ void apply_tile_mask(Scores& s, const Coordinates& coordinates, TileMask mask) {
+  CUTE_UNROLL
+  for (int row = 0; row < size<0>(s); ++row) {
+    const int r = get<0>(coordinates(row, 0));
+    const int lowest = r + mask.low;
+    const int highest = min(r + mask.high, mask.key_count - 1);
+    CUTE_UNROLL
+    for (int column = 0; column < size<1>(s); ++column) {
+      const int c = get<1>(coordinates(row, column));
+      if (c < lowest || c > highest) s(row, column) = -INFINITY;
+    }
+  }
+}
+
+/// Writes this thread's rows of the tile's result (out = o / sum, lse), or merges them into the
+/// running result with accumulate. Rows past the query count are not stored.
+template <class Traits, class Output, class Coordinates>
+__device__ void store_rows(const ForwardProblem& problem, const QueryTile& query, Output& o,
+                           const Coordinates& coordinates, const float (&lse)[Traits::kRowsPerThread],
+                           const float (&normalizer)[Traits::kRowsPerThread]) {
+  constexpr int kRows = Traits::kRowsPerThread;
+  int64_t row_index[kRows];
+  bool valid[kRows];
+  MergeWeights weights[kRows];
+  CUTE_UNROLL
+  for (int row = 0; row < kRows; ++row) {
+    row_index[row] = int64_t{query.m_block} * Traits::kBlockM + get<0>(coordinates(row, 0));
+    valid[row] = row_index[row] < problem.rows;
+    weights[row] = {lse[row], 0.0f, normalizer[row]};
+    if (problem.accumulate && valid[row]) {
+      const float running_lse = problem.lse[query.batch * problem.lse_strides[0] + query.head * problem.lse_strides[1] +
+                                            row_index[row] * problem.lse_strides[2]];
+      weights[row] = merge_weights(running_lse, lse[row]);
+      weights[row].partial *= normalizer[row];
+    }
+  }
+  // The four lanes of a row have read its running lse before one of them overwrites it.
+  if (problem.accumulate) __syncwarp();
+  const bool writes_lse = threadIdx.x % 4 == 0;
+  CUTE_UNROLL
+  for (int row = 0; row < kRows; ++row) {
+    if (!valid[row]) continue;
+    float* out_row = problem.out + query.batch * problem.out_strides[0] + row_index[row] * problem.out_strides[1] +
+                     query.head * problem.out_strides[2];
+    // out' = out * running + o * partial (partial includes 1 / sum); a running weight of 0 is
+    // not read, so whatever the running output holds (nothing yet, or a row without keys) stays out.
+    CUTE_UNROLL
+    for (int column = 0; column < size<1>(o); column += 2) {
+      float2* pair = reinterpret_cast<float2*>(out_row + get<1>(coordinates(row, column)));
+      float2 value = make_float2(o(row, column) * weights[row].partial, o(row, column + 1) * weights[row].partial);
+      if (weights[row].running != 0.0f) {
+        const float2 running = *pair;
+        value.x = fmaf(running.x, weights[row].running, value.x);
+        value.y = fmaf(running.y, weights[row].running, value.y);
+      }
+      *pair = value;
+    }
+    if (writes_lse)
+      problem.lse[query.batch * problem.lse_strides[0] + query.head * problem.lse_strides[1] +
+                  row_index[row] * problem.lse_strides[2]] = weights[row].lse;
+  }
+}
+
+template <class Traits>
+__device__ void consume(const ForwardParams<Traits>& params, typename Traits::SharedStorage& shared,
+                        typename Traits::Pipeline& k_pipeline, typename Traits::Pipeline& v_pipeline) {
+  using Element = typename Traits::Element;
+  constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
+  constexpr int kRows = Traits::kRowsPerThread;
+  const ForwardProblem& problem = params.problem;
+  const int thread = threadIdx.x - 128;  // among the consumers
+  const int warpgroup = thread / 128;     // 0 or 1: query rows [64 warpgroup, 64 warpgroup + 64)
+  using cutlass::arch::NamedBarrier;
+  const auto turn_barrier = [](int consumer) { return uint32_t(ForwardBarrier::turn_of_first_consumer) + consumer; };
+
+  Tensor sQ = make_tensor(make_smem_ptr(shared.q), typename Traits::SmemQ{});
+  Tensor sK = make_tensor(make_smem_ptr(shared.k), typename Traits::SmemK{});
+  Tensor sVt = make_tensor(make_smem_ptr(shared.v), typename Traits::SmemVt{});
+  typename Traits::MmaQK mma_qk;
+  typename Traits::MmaPV mma_pv;
+  auto thread_qk = mma_qk.get_thread_slice(thread);
+  auto thread_pv = mma_pv.get_thread_slice(thread);
+  Tensor tSrQ = thread_qk.partition_fragment_A(sQ);   // descriptors (MMA, MMA_M, MMA_K)
+  Tensor tSrK = thread_qk.partition_fragment_B(sK);   // (MMA, MMA_N, MMA_K, stages)
+  Tensor tOrV = thread_pv.partition_fragment_B(sVt);  // (MMA, MMA_N, MMA_K, stages)
+  // (row, column) in the tile of each accumulator element this thread holds
+  Tensor score_coordinates = thread_qk.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kBlockN>>{}));
+  Tensor out_coordinates = thread_pv.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+  const auto score_rows_columns = make_tensor(score_coordinates.data(), accumulator_rows_columns(score_coordinates.layout()));
+  const auto out_rows_columns = make_tensor(out_coordinates.data(), accumulator_rows_columns(out_coordinates.layout()));
+
+  // The producer may load the first query tile; the first consumer warpgroup takes the first turn.
+  NamedBarrier::arrive(Traits::kConsumerThreads + 32, uint32_t(ForwardBarrier::query_empty));
+  if (warpgroup == 0) NamedBarrier::arrive(Traits::kConsumerThreads, turn_barrier(0));
+
+  typename Traits::PipelineState read;
+  int query_tiles_loaded = 0;  // the phase of shared.query_full
+  for (int linear = blockIdx.x; linear < params.total_tiles; linear += gridDim.x) {
+    const QueryTile query = query_tile(params, linear);
+    OnlineSoftmax<kRows> softmax(problem.scale);
+    Tensor tOrO = partition_fragment_C(mma_pv, Shape<Int<kBlockM>, Int<kHeadDim>>{});  // (MMA, MMA_M, MMA_N) fp32
+    Tensor out = make_tensor(tOrO.data(), accumulator_rows_columns(tOrO.layout()));
+    clear(tOrO);
+    KeyTileCursor cursor;
+    if (!cursor.next_segment<kBlockN>(problem, query.rows)) {
+      // No row sees a key here: out 0, lse -inf, or the running result unchanged.
+      if (!problem.accumulate) {
+        float lse[kRows], normalizer[kRows];
+        softmax.finish(lse, normalizer);
+        store_rows<Traits>(problem, query, out, out_rows_columns, lse, normalizer);
+      }
+      continue;
+    }
+    const auto mask_if_needed = [&](auto& scores) {
+      const KeyRange keys = cursor.keys(problem);
+      if (!key_tile_needs_mask(query.rows, keys, cursor.tile, problem.mask_left, problem.mask_right, kBlockN)) return;
+      const TileMask mask = tile_mask(problem.q_position + int64_t{query.m_block} * kBlockM, keys, cursor.tile,
+                                      problem.mask_left, problem.mask_right, kBlockN);
+      apply_tile_mask(scores, score_rows_columns, mask);
+    };
+
+    shared.query_full.wait(query_tiles_loaded % 2);
+    ++query_tiles_loaded;
+
+    // The first key tile: S = Q K^T, its softmax, P in registers as the next product's operand.
+    Tensor tSrS = partition_fragment_C(mma_qk, Shape<Int<kBlockM>, Int<kBlockN>>{});
+    Tensor scores = make_tensor(tSrS.data(), accumulator_rows_columns(tSrS.layout()));
+    k_pipeline.consumer_wait(read);
+    issue_warpgroup_mma<true>(mma_qk, tSrQ, tSrK(_, _, _, read.index()), tSrS);
+    warpgroup_wait<0>();
+    k_pipeline.consumer_release(read);
+    mask_if_needed(scores);
+    softmax.update(scores);
+    Tensor tOrP = make_tensor_like<Element>(make_tensor(tSrS.data(), accumulator_as_operand_a(tSrS.layout())));
+    const auto probabilities_to_operand = [&]() {
+      // fp32 -> 16 bits, two at a time (one conversion instruction per pair)
+      Tensor from = recast<cutlass::Array<float, 2>>(tSrS);
+      Tensor to = recast<cutlass::Array<Element, 2>>(tOrP);
+      cutlass::NumericArrayConverter<Element, float, 2> convert;
+      CUTE_UNROLL
+      for (int i = 0; i < size(from); ++i) to(i) = convert(from(i));
+    };
+    probabilities_to_operand();
+
+    // Every further key tile: S of this tile and O += P V of the previous one are issued
+    // together; the softmax of this tile runs while O's product finishes.
+    typename Traits::PipelineState value_stage = read;
+    while (cursor.advance<kBlockN>(problem, query.rows)) {
+      ++read;
+      NamedBarrier::sync(Traits::kConsumerThreads, turn_barrier(warpgroup));
+      k_pipeline.consumer_wait(read);
+      issue_warpgroup_mma<true>(mma_qk, tSrQ, tSrK(_, _, _, read.index()), tSrS);
+      v_pipeline.consumer_wait(value_stage);
+      issue_warpgroup_mma<false>(mma_pv, tOrP, tOrV(_, _, _, value_stage.index()), tOrO);
+      NamedBarrier::arrive(Traits::kConsumerThreads, turn_barrier(1 - warpgroup));
+      warpgroup_wait<1>();  // S is ready; O's product may still run
+      k_pipeline.consumer_release(read);
+      mask_if_needed(scores);
+      softmax.update(scores);
+      warpgroup_wait<0>();  // O's product has read P: P's registers may change
+      v_pipeline.consumer_release(value_stage);
+      probabilities_to_operand();
+      softmax.rescale(out);
+      value_stage = read;
+    }
+    // Q is no longer read: the producer may load the next query tile.
+    NamedBarrier::arrive(Traits::kConsumerThreads + 32, uint32_t(ForwardBarrier::query_empty));
+    v_pipeline.consumer_wait(value_stage);
+    issue_warpgroup_mma<false>(mma_pv, tOrP, tOrV(_, _, _, value_stage.index()), tOrO);
+    warpgroup_wait<0>();
+    v_pipeline.consumer_release(value_stage);
+    ++read;
+
+    float lse[kRows], normalizer[kRows];
+    softmax.finish(lse, normalizer);
+    store_rows<Traits>(problem, query, out, out_rows_columns, lse, normalizer);
+  }
+}
+
+template <class Traits>
+__global__ void __launch_bounds__(Traits::kThreads, 1) forward_kernel(const __grid_constant__ ForwardParams<Traits> params) {
+  extern __shared__ char shared_bytes[];
+  auto& shared = *reinterpret_cast<typename Traits::SharedStorage*>(
+      (reinterpret_cast<uintptr_t>(shared_bytes) + 1023) & ~uintptr_t{1023});
+  const int warpgroup = cutlass::canonical_warp_group_idx();
+
+  if (threadIdx.x == 0) {
+    cute::prefetch_tma_descriptor(params.tma_q.get_tma_descriptor());
+    for (int segment = 0; segment < params.problem.num_segments; ++segment) {
+      cute::prefetch_tma_descriptor(params.tma_k[segment].get_tma_descriptor());
+      cute::prefetch_tma_descriptor(params.tma_v[segment].get_tma_descriptor());
+    }
+    shared.query_full.init(1);
+  }
+  typename Traits::Pipeline::Params pipeline_params;
+  pipeline_params.role = warpgroup == 0 ? Traits::Pipeline::ThreadCategory::Producer
+                                        : Traits::Pipeline::ThreadCategory::Consumer;
+  pipeline_params.is_leader = threadIdx.x == 0;  // the producer's issuing thread
+  pipeline_params.num_consumers = Traits::kConsumerThreads;
+  pipeline_params.transaction_bytes = Traits::kKeyTileBytes;
+  typename Traits::Pipeline k_pipeline(shared.k_pipeline, pipeline_params, Shape<_1, _1, _1>{});
+  typename Traits::Pipeline v_pipeline(shared.v_pipeline, pipeline_params, Shape<_1, _1, _1>{});
+  __syncthreads();  // barriers initialized before anyone waits on them
+
+  if (warpgroup == 0) {
+    // The producer needs few registers: give them to the consumers.
+    cutlass::arch::warpgroup_reg_dealloc<24>();
+    if (threadIdx.x < 32) produce(params, shared, k_pipeline, v_pipeline);
+  } else {
+    cutlass::arch::warpgroup_reg_alloc<240>();
+    consume(params, shared, k_pipeline, v_pipeline);
+  }
+}
+
+/// Whether the last query tiles see more keys than the first (causal-like masks): they start first.
+inline bool last_query_tiles_first(const ForwardProblem& problem, int tile_rows, int query_tiles) {
+  const auto tiles_seen = [&](int m_block) {
+    const int64_t first = problem.q_position + int64_t{m_block} * tile_rows;
+    const QueryRows rows{first, first + std::min<int64_t>(tile_rows, problem.rows - int64_t{m_block} * tile_rows) - 1};
+    int64_t tiles = 0;
+    for (int segment = 0; segment < problem.num_segments; ++segment) {
+      const KeyTileSpan span = visible_key_tiles(rows, {problem.segments[segment].position, problem.segments[segment].keys},
+                                                 problem.mask_left, problem.mask_right, tile_rows);
+      tiles += span.end - span.begin;
+    }
+    return tiles;
+  };
+  return tiles_seen(query_tiles - 1) > tiles_seen(0);
+}
+
+template <int kHeadDim, DType kDType>
+void launch_forward(const ForwardProblem& problem, int multiprocessors, cudaStream_t stream) {
+  using Traits = ForwardTraits<kHeadDim, ElementOf<kDType>>;
+  using Element = typename Traits::Element;
+  static_assert(Traits::kBlockM == Traits::kBlockN, "last_query_tiles_first counts key tiles of the query tile size");
+  ForwardParams<Traits> params{};
+  params.problem = problem;
+  const auto rows_tensor = [](const void* data, int32_t tokens, int32_t heads, int32_t batch, const int64_t (&strides)[3]) {
+    return make_tensor(make_gmem_ptr(static_cast<Element const*>(data)), make_shape(tokens, int32_t{kHeadDim}, heads, batch),
+                       make_stride(strides[1], _1{}, strides[2], strides[0]));
+  };
+  params.tma_q = make_tma_copy(SM90_TMA_LOAD{}, rows_tensor(problem.q, problem.rows, problem.heads, problem.batch, problem.q_strides),
+                               typename Traits::SmemQ{}, Shape<Int<Traits::kBlockM>, Int<kHeadDim>>{}, _1{});
+  for (int segment = 0; segment < problem.num_segments; ++segment) {
+    const ForwardSegment& keys = problem.segments[segment];
+    params.tma_k[segment] =
+        make_tma_copy(SM90_TMA_LOAD{}, rows_tensor(keys.k, keys.keys, problem.kv_heads, problem.batch, keys.k_strides),
+                      take<0, 2>(typename Traits::SmemK{}), Shape<Int<Traits::kBlockN>, Int<kHeadDim>>{}, _1{});
+    const auto values_transposed =
+        make_tensor(make_gmem_ptr(static_cast<Element const*>(keys.v)),
+                    make_shape(int32_t{kHeadDim}, keys.keys, problem.kv_heads, problem.batch),
+                    make_stride(_1{}, keys.v_strides[1], keys.v_strides[2], keys.v_strides[0]));
+    params.tma_v[segment] = make_tma_copy(SM90_TMA_LOAD{}, values_transposed, take<0, 2>(typename Traits::SmemVt{}),
+                                          Shape<Int<kHeadDim>, Int<Traits::kBlockN>>{}, _1{});
+  }
+  params.query_tiles = (problem.rows + Traits::kBlockM - 1) / Traits::kBlockM;
+  params.total_tiles = params.query_tiles * problem.heads * problem.batch;
+  params.last_tiles_first = last_query_tiles_first(problem, Traits::kBlockM, params.query_tiles);
+
+  const auto kernel = forward_kernel<Traits>;
+  SPATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSharedBytes));
+  const int grid = std::min(params.total_tiles, multiprocessors);
+  kernel<<<grid, Traits::kThreads, Traits::kSharedBytes, stream>>>(params);
+  SPATTN_CUDA_CHECK_LAUNCH("the own Hopper attention forward");
+}
+
+}  // namespace spattn::cuda::hopper

@@ -1,0 +1,225 @@
+#include "kernels/hopper/hopper_forward.hpp"
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <sstream>
+
+#include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/current_device_guard.hpp"
+#include "kernels/hopper/forward_problem.hpp"
+#include "spattn/error.hpp"
+
+namespace spattn::cuda {
+namespace {
+
+using hopper::ForwardProblem;
+using hopper::ForwardSegment;
+using hopper::kMaxSegmentsPerLaunch;
+
+using Launcher = void (*)(const ForwardProblem&, int, cudaStream_t);
+
+/// The instantiation of (head_dim, dtype) in this build, or nullptr (CMake's SPATTN_HOPPER_HEAD_DIMS).
+Launcher launcher_for(int64_t head_dim, DType dtype) {
+  const bool bf16 = dtype == DType::bf16;
+#ifdef SPATTN_HOPPER_HEAD_DIM_64
+  if (head_dim == 64) return bf16 ? &hopper::launch_forward<64, DType::bf16> : &hopper::launch_forward<64, DType::f16>;
+#endif
+#ifdef SPATTN_HOPPER_HEAD_DIM_128
+  if (head_dim == 128) return bf16 ? &hopper::launch_forward<128, DType::bf16> : &hopper::launch_forward<128, DType::f16>;
+#endif
+  (void)bf16;
+  (void)head_dim;
+  return nullptr;
+}
+
+std::string built_head_dims() {
+  std::string dims;
+  for (int64_t head_dim : {64, 128})
+    if (launcher_for(head_dim, DType::bf16) != nullptr) dims += (dims.empty() ? "" : ", ") + std::to_string(head_dim);
+  return dims;
+}
+
+/// What the kernels need to know of a GPU, asked once per device.
+struct GpuFacts {
+  std::string name;
+  int major = 0;
+  int minor = 0;
+  int multiprocessors = 0;
+};
+
+const GpuFacts& gpu_facts(int device_index) {
+  static std::mutex mutex;
+  static std::map<int, GpuFacts> known;
+  std::lock_guard<std::mutex> lock(mutex);
+  const auto found = known.find(device_index);
+  if (found != known.end()) return found->second;
+  cudaDeviceProp properties{};
+  SPATTN_CUDA_CHECK(cudaGetDeviceProperties(&properties, device_index));
+  return known[device_index] = {properties.name, properties.major, properties.minor, properties.multiProcessorCount};
+}
+
+/// "" when `tensor` (B, tokens, heads, D) of 16-bit elements can be read by the tensor memory
+/// accelerator: head_dim contiguous, 16-byte aligned base and strides, sizes within int32.
+std::string tma_readable(const TensorView& tensor, const char* name) {
+  std::ostringstream why;
+  const auto address = reinterpret_cast<std::uintptr_t>(tensor.data);
+  if (tensor.ndim != 4) {
+    why << name << " " << tensor.describe() << " must have 4 dimensions (B, S, H, D)";
+  } else if (tensor.stride(3) != 1) {
+    why << name << " " << tensor.describe() << " has head_dim stride " << tensor.stride(3) << "; the own forward needs 1";
+  } else if (address % 16 != 0) {
+    why << name << " starts at an address that is not 16-byte aligned (" << address % 16 << " bytes past)";
+  } else {
+    for (int dim = 0; dim < 3; ++dim) {
+      if ((tensor.stride(dim) * 2) % 16 != 0 || tensor.stride(dim) < 0) {
+        why << name << " " << tensor.describe() << " has stride " << tensor.stride(dim) << " in dimension " << dim
+            << "; the own forward needs non-negative strides of whole 16-byte units (multiples of 8 elements)";
+        break;
+      }
+      if (tensor.size(dim) > std::numeric_limits<int32_t>::max()) {
+        why << name << " " << tensor.describe() << " has " << tensor.size(dim) << " in dimension " << dim
+            << "; the own forward takes at most 2^31 - 1";
+        break;
+      }
+    }
+  }
+  return why.str();
+}
+
+std::string block_unsupported(const ForwardBlock& block) {
+  const TensorView& q = block.q;
+  std::string reason = hopper_forward_unsupported(q.device, q.dtype, q.ndim == 4 ? q.size(3) : 0);
+  if (!reason.empty()) return reason;
+  if (!(reason = tma_readable(q, "q")).empty()) return reason;
+  std::ostringstream why;
+  for (const KvSegment& segment : block.segments) {
+    for (const TensorView* tensor : {&segment.k, &segment.v}) {
+      const char* name = tensor == &segment.k ? "k" : "v";
+      if (!(reason = tma_readable(*tensor, name)).empty()) return reason;
+      if (tensor->dtype != q.dtype || tensor->device != q.device) {
+        why << name << " " << tensor->describe() << " must have q's dtype and device (" << q.describe() << ")";
+        return why.str();
+      }
+      if (tensor->size(0) != q.size(0) || tensor->size(3) != q.size(3) || tensor->size(2) <= 0 ||
+          q.size(2) % tensor->size(2) != 0 || tensor->size(1) != segment.k.size(1) || tensor->size(2) != segment.k.size(2)) {
+        why << name << " " << tensor->describe() << " does not fit q " << q.describe()
+            << ": (B, Sk, HK, D) with q's B and D, HK dividing q's heads, k and v alike";
+        return why.str();
+      }
+    }
+  }
+  const auto address = [](const TensorView& tensor) { return reinterpret_cast<std::uintptr_t>(tensor.data); };
+  const TensorView& out = block.out;
+  if (out.dtype != DType::f32 || out.ndim != 4 || out.stride(3) != 1 || address(out) % 8 != 0 || out.stride(0) % 2 != 0 ||
+      out.stride(1) % 2 != 0 || out.stride(2) % 2 != 0) {
+    why << "out " << out.describe() << " must be fp32 with head_dim contiguous and even strides from an 8-byte aligned "
+        << "address (the own forward writes pairs of floats)";
+    return why.str();
+  }
+  for (int dim = 0; dim < 4; ++dim)
+    if (out.size(dim) != q.size(dim)) {
+      why << "out " << out.describe() << " must have q's shape " << q.describe();
+      return why.str();
+    }
+  const TensorView& lse = block.lse;
+  if (lse.dtype != DType::f32 || lse.ndim != 3 || lse.size(0) != q.size(0) || lse.size(1) != q.size(2) ||
+      lse.size(2) != q.size(1)) {
+    why << "lse " << lse.describe() << " must be fp32 (B, H, Sq) for q " << q.describe();
+    return why.str();
+  }
+  if (!(std::isfinite(block.scale) && block.scale > 0)) {
+    why << "softmax scale " << block.scale << " must be finite and > 0";
+    return why.str();
+  }
+  return "";
+}
+
+void copy_strides(const TensorView& tensor, int64_t (&strides)[3]) {
+  for (int dim = 0; dim < 3; ++dim) strides[dim] = tensor.stride(dim);
+}
+
+}  // namespace
+
+std::string hopper_forward_unsupported(const Device& device, DType dtype, int64_t head_dim) {
+  std::ostringstream why;
+  if (device.kind != DeviceKind::cuda) {
+    why << "the own forward runs on CUDA GPUs, not on " << device_name(device);
+  } else if (dtype != DType::bf16 && dtype != DType::f16) {
+    why << "the own forward takes bf16 or fp16 inputs, not " << dtype_name(dtype);
+  } else if (launcher_for(head_dim, dtype) == nullptr) {
+    const std::string built = built_head_dims();
+    why << "head dim " << head_dim << " has no own forward in this build (built: "
+        << (built.empty() ? "none; CMake SPATTN_HOPPER_HEAD_DIMS and the CUTLASS headers" : built) << ")";
+  } else {
+    const GpuFacts& gpu = gpu_facts(device.index);
+    if (gpu.major != 9 || gpu.minor != 0)
+      why << "the own forward runs on sm_90 GPUs (H100, H200); " << device_name(device) << " is " << gpu.name
+          << ", compute capability " << gpu.major << "." << gpu.minor;
+  }
+  return why.str();
+}
+
+std::string hopper_forward_unsupported(const ForwardBlock& block) { return block_unsupported(block); }
+
+void hopper_forward(const ForwardBlock& block, cudaStream_t stream) {
+  const std::string reason = block_unsupported(block);
+  SPATTN_CHECK(reason.empty(), "the own Hopper forward cannot run this block: " << reason);
+  const TensorView& q = block.q;
+  if (q.numel() == 0) return;
+  const Launcher launch = launcher_for(q.size(3), q.dtype);
+  CurrentDeviceGuard guard(q.device.index);
+  const int multiprocessors = gpu_facts(q.device.index).multiprocessors;
+
+  ForwardProblem problem;
+  problem.q = q.data;
+  copy_strides(q, problem.q_strides);
+  problem.batch = static_cast<int32_t>(q.size(0));
+  problem.rows = static_cast<int32_t>(q.size(1));
+  problem.heads = static_cast<int32_t>(q.size(2));
+  problem.q_position = block.q_position;
+  problem.mask_left = block.mask.left;
+  problem.mask_right = block.mask.right;
+  problem.scale = block.scale;
+  problem.out = static_cast<float*>(block.out.data);
+  copy_strides(block.out, problem.out_strides);
+  problem.lse = static_cast<float*>(block.lse.data);
+  for (int dim = 0; dim < 3; ++dim) problem.lse_strides[dim] = block.lse.stride(dim);
+  problem.kv_heads = problem.heads;  // until a segment says; only read where there are segments
+  problem.accumulate = block.accumulate;
+
+  // Segments in launches of up to kMaxSegmentsPerLaunch; each launch after the first merges
+  // into what the earlier ones wrote. Segments without keys take no place.
+  bool launched = false;
+  for (const KvSegment& segment : block.segments) {
+    if (segment.k.size(1) == 0) continue;
+    ForwardSegment& keys = problem.segments[problem.num_segments++];
+    keys.k = segment.k.data;
+    keys.v = segment.v.data;
+    copy_strides(segment.k, keys.k_strides);
+    copy_strides(segment.v, keys.v_strides);
+    keys.keys = static_cast<int32_t>(segment.k.size(1));
+    keys.position = segment.position;
+    problem.kv_heads = static_cast<int32_t>(segment.k.size(2));
+    if (problem.num_segments == kMaxSegmentsPerLaunch) {
+      launch(problem, multiprocessors, stream);
+      launched = true;
+      problem.num_segments = 0;
+      problem.accumulate = true;
+    }
+  }
+  // Without accumulate a launch of no segments still writes out 0, lse -inf.
+  if (problem.num_segments > 0 || !(launched || block.accumulate)) launch(problem, multiprocessors, stream);
+}
+
+std::string hopper_forward_description() {
+  const std::string built = built_head_dims();
+  if (built.empty()) return "not built (CMake SPATTN_HOPPER_HEAD_DIMS empty or no CUTLASS headers)";
+  return "sm_90 (H100, H200); bf16, fp16; head dims " + built +
+         "; masks none, causal, sliding window; GQA; any number of key segments per block; fp32 out and lse, "
+         "merged into the running result in the kernel";
+}
+
+}  // namespace spattn::cuda
