@@ -7,6 +7,7 @@
 #include "core/memory_ledger.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/current_device_guard.hpp"
+#include "kernels/hopper/hopper_forward.hpp"
 #include "spattn/error.hpp"
 
 namespace spattn::cuda {
@@ -105,6 +106,10 @@ void CudaBlockKernels::forward(const ForwardBlock& block) {
   check_query_side(block.q, block.out, "out", block.lse, device);
   SPATTN_CHECK(block.out.dtype == DType::f32, "out " << block.out.describe() << " must be fp32");
   for (const KvSegment& segment : block.segments) check_segment(segment, block.q, device);
+  if (hopper_forward_unsupported(block).empty()) {
+    hopper_forward(block, stream());
+    return;
+  }
 
   const TensorView& q = block.q;
   std::vector<SegmentPiece>& pieces = forward_pieces_;

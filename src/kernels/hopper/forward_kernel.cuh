@@ -21,6 +21,8 @@
 #include <cutlass/numeric_types.h>
 #include <cutlass/pipeline/pipeline.hpp>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
 
 #include "kernels/cuda/cuda_check.hpp"
@@ -28,6 +30,7 @@
 #include "kernels/hopper/forward_problem.hpp"
 #include "kernels/hopper/key_tile_plan.hpp"
 #include "kernels/hopper/online_softmax.cuh"
+#include "kernels/hopper/query_tile_schedule.hpp"
 #include "kernels/hopper/warpgroup_mma.cuh"
 
 namespace spattn::cuda::hopper {
@@ -38,12 +41,12 @@ template <DType kDType>
 using ElementOf = std::conditional_t<kDType == DType::bf16, cutlass::bfloat16_t, cutlass::half_t>;
 
 /// Tile sizes, layouts and copy types of one instantiation.
-template <int kHeadDim_, class Element_>
+template <int kHeadDim_, class Element_, int kBlockN_>
 struct ForwardTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = 128;  // query rows per tile: 64 per consumer warpgroup
-  static constexpr int kBlockN = 128;  // keys per tile
+  static constexpr int kBlockN = kBlockN_;  // keys per tile
   static constexpr int kStages = 2;    // K and V tiles in flight
   static constexpr int kConsumerThreads = 256;
   static constexpr int kThreads = 128 + kConsumerThreads;
@@ -104,9 +107,7 @@ struct ForwardParams {
   typename Traits::TmaK tma_k[kMaxSegmentsPerLaunch];
   typename Traits::TmaV tma_v[kMaxSegmentsPerLaunch];
   ForwardProblem problem;
-  int query_tiles;         // ceil(rows / kBlockM)
-  int total_tiles;         // query_tiles * heads * batch
-  bool last_tiles_first;   // visit each head's query tiles from the last (they see the most keys)
+  QueryTileSchedule schedule;
 };
 
 /// Named barriers (ids past CUTLASS's reserved ones).
@@ -126,12 +127,9 @@ struct QueryTile {
 template <class Traits>
 __device__ QueryTile query_tile(const ForwardParams<Traits>& params, int linear) {
   const ForwardProblem& problem = params.problem;
-  // The query tiles of one (batch, head) are consecutive, so that the CTAs running at once share
-  // keys and values in L2.
-  const int index_in_head = linear % params.query_tiles;
-  const int head_and_batch = linear / params.query_tiles;
+  const int head_and_batch = params.schedule.head_and_batch(linear);
   QueryTile tile;
-  tile.m_block = params.last_tiles_first ? params.query_tiles - 1 - index_in_head : index_in_head;
+  tile.m_block = params.schedule.m_block(linear);
   tile.head = head_and_batch % problem.heads;
   tile.batch = head_and_batch / problem.heads;
   const int first_row = tile.m_block * Traits::kBlockM;
@@ -209,7 +207,9 @@ __device__ void produce(const ForwardParams<Traits>& params, typename Traits::Sh
   };
 
   typename Traits::PipelineState write = cutlass::make_producer_start_state<Pipeline>();
-  for (int linear = blockIdx.x; linear < params.total_tiles; linear += gridDim.x) {
+  const QueryTileSchedule& schedule = params.schedule;
+  for (int linear = schedule.first_tile(blockIdx.x); linear < schedule.total_tiles;
+       linear = schedule.next_tile(linear, gridDim.x)) {
     const QueryTile query = query_tile(params, linear);
     const int kv_head = query.head / (problem.heads / problem.kv_heads);
     KeyTileCursor cursor;
@@ -345,7 +345,9 @@ __device__ void consume(const ForwardParams<Traits>& params, typename Traits::Sh
 
   typename Traits::PipelineState read;
   int query_tiles_loaded = 0;  // the phase of shared.query_full
-  for (int linear = blockIdx.x; linear < params.total_tiles; linear += gridDim.x) {
+  const QueryTileSchedule& schedule = params.schedule;
+  for (int linear = schedule.first_tile(blockIdx.x); linear < schedule.total_tiles;
+       linear = schedule.next_tile(linear, gridDim.x)) {
     const QueryTile query = query_tile(params, linear);
     OnlineSoftmax<kRows> softmax(problem.scale);
     Tensor tOrO = partition_fragment_C(mma_pv, Shape<Int<kBlockM>, Int<kHeadDim>>{});  // (MMA, MMA_M, MMA_N) fp32
@@ -463,14 +465,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) forward_kernel(const __gr
 }
 
 /// Whether the last query tiles see more keys than the first (causal-like masks): they start first.
-inline bool last_query_tiles_first(const ForwardProblem& problem, int tile_rows, int query_tiles) {
+inline bool last_query_tiles_first(const ForwardProblem& problem, int tile_rows, int query_tiles, int tile_keys) {
   const auto tiles_seen = [&](int m_block) {
     const int64_t first = problem.q_position + int64_t{m_block} * tile_rows;
     const QueryRows rows{first, first + std::min<int64_t>(tile_rows, problem.rows - int64_t{m_block} * tile_rows) - 1};
     int64_t tiles = 0;
     for (int segment = 0; segment < problem.num_segments; ++segment) {
       const KeyTileSpan span = visible_key_tiles(rows, {problem.segments[segment].position, problem.segments[segment].keys},
-                                                 problem.mask_left, problem.mask_right, tile_rows);
+                                                 problem.mask_left, problem.mask_right, tile_keys);
       tiles += span.end - span.begin;
     }
     return tiles;
@@ -478,11 +480,10 @@ inline bool last_query_tiles_first(const ForwardProblem& problem, int tile_rows,
   return tiles_seen(query_tiles - 1) > tiles_seen(0);
 }
 
-template <int kHeadDim, DType kDType>
-void launch_forward(const ForwardProblem& problem, int multiprocessors, cudaStream_t stream) {
-  using Traits = ForwardTraits<kHeadDim, ElementOf<kDType>>;
+template <class Traits>
+void launch_forward_tiles(const ForwardProblem& problem, int multiprocessors, cudaStream_t stream) {
   using Element = typename Traits::Element;
-  static_assert(Traits::kBlockM == Traits::kBlockN, "last_query_tiles_first counts key tiles of the query tile size");
+  constexpr int kHeadDim = Traits::kHeadDim;
   ForwardParams<Traits> params{};
   params.problem = problem;
   const auto rows_tensor = [](const void* data, int32_t tokens, int32_t heads, int32_t batch, const int64_t (&strides)[3]) {
@@ -503,15 +504,38 @@ void launch_forward(const ForwardProblem& problem, int multiprocessors, cudaStre
     params.tma_v[segment] = make_tma_copy(SM90_TMA_LOAD{}, values_transposed, take<0, 2>(typename Traits::SmemVt{}),
                                           Shape<Int<kHeadDim>, Int<Traits::kBlockN>>{}, _1{});
   }
-  params.query_tiles = (problem.rows + Traits::kBlockM - 1) / Traits::kBlockM;
-  params.total_tiles = params.query_tiles * problem.heads * problem.batch;
-  params.last_tiles_first = last_query_tiles_first(problem, Traits::kBlockM, params.query_tiles);
+  QueryTileSchedule& schedule = params.schedule;
+  schedule.query_tiles = (problem.rows + Traits::kBlockM - 1) / Traits::kBlockM;
+  schedule.total_tiles = schedule.query_tiles * problem.heads * problem.batch;
+  schedule.tiles_per_visit = QueryTileSchedule::visit_size(schedule.total_tiles, multiprocessors);
+  schedule.last_tiles_first = last_query_tiles_first(problem, Traits::kBlockM, schedule.query_tiles, Traits::kBlockN);
 
   const auto kernel = forward_kernel<Traits>;
-  SPATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSharedBytes));
-  const int grid = std::min(params.total_tiles, multiprocessors);
+  // More than 48 KB of shared memory needs the kernel's limit raised, once per device (a
+  // process may drive several).
+  static std::atomic<uint64_t> devices_with_limit_raised{0};
+  int device = 0;
+  SPATTN_CUDA_CHECK(cudaGetDevice(&device));
+  const uint64_t device_bit = device < 64 ? uint64_t{1} << device : 0;  // devices past 64: every launch
+  if (!(devices_with_limit_raised.load(std::memory_order_relaxed) & device_bit)) {
+    SPATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSharedBytes));
+    devices_with_limit_raised.fetch_or(device_bit, std::memory_order_relaxed);
+  }
+  const int grid = schedule.grid(multiprocessors);
   kernel<<<grid, Traits::kThreads, Traits::kSharedBytes, stream>>>(params);
   SPATTN_CUDA_CHECK_LAUNCH("the own Hopper attention forward");
+}
+
+template <int kHeadDim, DType kDType>
+void launch_forward(const ForwardProblem& problem, int multiprocessors, cudaStream_t stream) {
+  // Without a mask no key tile is cut by its diagonal, so longer key tiles (FlashAttention-3's
+  // choice) spend less per tile on the softmax's reductions and the pipeline's barriers; with
+  // one, 128 keys waste less of the tiles that the diagonal cuts.
+  constexpr int kUnmaskedBlockN = kHeadDim == 64 ? 192 : 176;
+  if (problem.mask_left < 0 && problem.mask_right < 0)
+    launch_forward_tiles<ForwardTraits<kHeadDim, ElementOf<kDType>, kUnmaskedBlockN>>(problem, multiprocessors, stream);
+  else
+    launch_forward_tiles<ForwardTraits<kHeadDim, ElementOf<kDType>, 128>>(problem, multiprocessors, stream);
 }
 
 }  // namespace spattn::cuda::hopper
