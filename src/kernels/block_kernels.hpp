@@ -31,6 +31,8 @@ struct KvGradSegment {
 /// keys only; a row that sees no key here gets out = 0 and lse = -inf. With `accumulate`, out and
 /// lse hold a running result (of earlier blocks; out 0, lse -inf where there is none yet) and the
 /// block's result is merged into it as merge() would, without a partial buffer or a second pass.
+/// With `final_out` the block is the last of its rows: the result goes to final_out, rounded to
+/// its dtype, instead of a separate conversion of out afterwards.
 struct ForwardBlock {
   TensorView q;            // (B, Sq, H, D), H % HK == 0 (GQA: head h reads kv head h / (H/HK))
   int64_t q_position = 0;  // global position of query row 0
@@ -40,6 +42,8 @@ struct ForwardBlock {
   TensorView out;  // (B, Sq, H, D) fp32, written (or merged into, with accumulate)
   TensorView lse;  // (B, H, Sq) fp32, written: log sum_j exp(scale * q.k_j) over visible keys
   bool accumulate = false;
+  TensorView final_out;  // (B, Sq, H, D) any dtype, or empty; when set, written, and out is left
+                         // unspecified (kernels that cannot write it directly convert out into it)
 };
 
 /// Backward of queries over the concatenation of `segments`, given the final lse and delta of
@@ -116,6 +120,12 @@ class BlockKernels {
   /// Device memory for workspaces, allocated once per plan, never inside a step loop.
   virtual void* allocate(std::size_t bytes) = 0;
   virtual void deallocate(void* pointer) = 0;
+
+ protected:
+  /// ForwardBlock::final_out for kernels that write out first: converts it there.
+  void write_final_out(const ForwardBlock& block) {
+    if (block.final_out.data != nullptr) copy(block.out, block.final_out);
+  }
 };
 
 /// The kernels of `device`; throws Error when spattn was built without that device's backend.

@@ -41,8 +41,8 @@ void local_attention_forward(const TensorView& q, const TensorView& k, const Ten
   block.out = TensorView::contiguous(out_buffer.data(), DType::f32, {shape.batch, shape.seq, shape.heads, shape.head_dim},
                                      kernels->device());
   block.lse = lse;
+  block.final_out = out;
   kernels->forward(block);
-  kernels->copy(block.out, out);
 }
 
 void local_attention_backward(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,

@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <limits>
+#include <map>
 #include <utility>
 
 #include "kernels/block_kernels.hpp"
@@ -61,6 +62,7 @@ class RotationStrategy final : public Strategy {
         slot_seq(slot_length(sequence_layout, slots)) {
     for (int step = 0; step < ranks; ++step)
       blocks_of_step.push_back(rotation_step_blocks(sequence_layout, schedule, mask, rank, step));
+    find_first_and_last_blocks();
   }
 
   const SequenceLayout& layout() const override { return sequence_layout; }
@@ -76,22 +78,22 @@ class RotationStrategy final : public Strategy {
     int current = 0;
     recorder.compute(0, [&] {
       fill_own_slots(k, v, rotating_kv[current]);
-      kernels->fill(running_out, 0.0f);
-      kernels->fill(running_lse, -std::numeric_limits<float>::infinity());
+      // The first block of a chunk writes its rows, the last converts them into out, and lse
+      // accumulates in place: only rows that no block sees are written here.
+      for (const SequenceChunk& queries : chunks_without_blocks) {
+        kernels->fill(out.slice(1, queries.local_offset, queries.length), 0.0f);
+        kernels->fill(lse.slice(2, queries.local_offset, queries.length), -std::numeric_limits<float>::infinity());
+      }
     });
     for (int step = 0; step < ranks; ++step) {
       std::unique_ptr<PendingTransfer> rotation;
       if (step + 1 < ranks) rotation = start_rotation(rotating_kv[current], rotating_kv[1 - current], recorder, step);
-      recorder.compute(step, [&] { forward_step(q, rotating_kv[current], step); });
+      recorder.compute(step, [&] { forward_step(q, rotating_kv[current], step, out, lse); });
       if (rotation) {
         recorder.wait(step, comm, *rotation);
         current = 1 - current;
       }
     }
-    recorder.compute(ranks - 1, [&] {
-      kernels->copy(running_out, out);
-      kernels->copy(running_lse, lse);
-    });
     recorder.finish();
   }
 
@@ -201,10 +203,8 @@ class RotationStrategy final : public Strategy {
   void ensure_forward_workspace() {
     ensure_rotating_kv();
     if (!forward_buffers.empty()) return;
-    for (std::size_t bytes : {bshd_bytes(DType::f32, local_seq(), shape.heads), bhs_bytes(local_seq())})
-      forward_buffers.emplace_back(*kernels, bytes);
+    forward_buffers.emplace_back(*kernels, bshd_bytes(DType::f32, local_seq(), shape.heads));
     running_out = bshd(forward_buffers[0].data(), DType::f32, local_seq(), shape.heads);
-    running_lse = bhs(forward_buffers[1].data(), local_seq());
   }
   void ensure_backward_workspace() {
     ensure_rotating_kv();
@@ -280,10 +280,26 @@ class RotationStrategy final : public Strategy {
     return comm.start(rotation_batch);
   }
 
-  // The blocks of one forward step: each query chunk against every held piece it sees.
-  void forward_step(const TensorView& q, const SlotSet& held, int step) {
+  // Where each query chunk's blocks start and end in the order of the steps (see forward()), and
+  // the chunks that no block sees.
+  void find_first_and_last_blocks() {
+    for (int step = 0; step < ranks; ++step)
+      for (const RotationStepBlock& block : blocks_of_step[static_cast<std::size_t>(step)]) {
+        const BlockPosition position{step, &block};
+        auto [found, inserted] = chunk_blocks.try_emplace(block.queries.local_offset, ChunkBlocks{position, position});
+        if (!inserted) found->second.last = position;
+      }
+    for (const SequenceChunk& queries : sequence_layout.chunks(rank))
+      if (chunk_blocks.count(queries.local_offset) == 0) chunks_without_blocks.push_back(queries);
+  }
+
+  // The blocks of one forward step: each query chunk against every held piece it sees, merged
+  // into the running result of its rows (the first block of a chunk writes it, the last rounds
+  // it into out).
+  void forward_step(const TensorView& q, const SlotSet& held, int step, const TensorView& out, const TensorView& lse) {
     for (const RotationStepBlock& block : blocks_of_step[static_cast<std::size_t>(step)]) {
       const SequenceChunk& queries = block.queries;
+      const ChunkBlocks& chunk = chunk_blocks.at(queries.local_offset);
       forward_block.segments.clear();
       for (const SlotPiece& piece : block.keys) {
         const KvTensors& slot = held[static_cast<std::size_t>(piece.slot)];
@@ -295,8 +311,10 @@ class RotationStrategy final : public Strategy {
       forward_block.mask = mask;
       forward_block.scale = scale;
       forward_block.out = running_out.slice(1, queries.local_offset, queries.length);
-      forward_block.lse = running_lse.slice(2, queries.local_offset, queries.length);
-      forward_block.accumulate = true;
+      forward_block.lse = lse.slice(2, queries.local_offset, queries.length);
+      forward_block.accumulate = !(chunk.first == BlockPosition{step, &block});
+      forward_block.final_out =
+          chunk.last == BlockPosition{step, &block} ? out.slice(1, queries.local_offset, queries.length) : TensorView{};
       kernels->forward(forward_block);
     }
   }
@@ -345,12 +363,22 @@ class RotationStrategy final : public Strategy {
   const int slots;
   const int64_t slot_seq;
   std::vector<std::vector<RotationStepBlock>> blocks_of_step;  // this rank's blocks, per step
+  struct BlockPosition {
+    int step;
+    const RotationStepBlock* block;
+    bool operator==(const BlockPosition& other) const { return step == other.step && block == other.block; }
+  };
+  struct ChunkBlocks {
+    BlockPosition first;
+    BlockPosition last;
+  };
+  std::map<int64_t, ChunkBlocks> chunk_blocks;  // by the query chunk's local offset
+  std::vector<SequenceChunk> chunks_without_blocks;
 
   std::vector<DeviceBuffer> kv_buffers;
   SlotSet rotating_kv[2];
   std::vector<DeviceBuffer> forward_buffers;
-  TensorView running_out;  // (B, S_local, H, D) fp32
-  TensorView running_lse;  // (B, H, S_local) fp32
+  TensorView running_out;  // (B, S_local, H, D) fp32; the running lse is the caller's lse
   std::vector<DeviceBuffer> backward_buffers;
   TensorView dq_accumulator;  // (B, S_local, H, D) fp32
   TensorView delta;           // (B, H, S_local) fp32

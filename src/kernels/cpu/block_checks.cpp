@@ -59,6 +59,8 @@ BlockShape check_forward_block(const ForwardBlock& block) {
   if (shape.kv_heads == 0) shape.kv_heads = shape.heads;  // no keys: every row is empty
   check_shape(block.out, "out", shape.batch, shape.query_rows, shape.heads, shape.head_dim, 4);
   check_fp32(block.out, "out");
+  if (block.final_out.data != nullptr)
+    check_shape(block.final_out, "final_out", shape.batch, shape.query_rows, shape.heads, shape.head_dim, 4);
   check_shape(block.lse, "lse", shape.batch, shape.heads, shape.query_rows, 0, 3);
   check_fp32(block.lse, "lse");
   return shape;

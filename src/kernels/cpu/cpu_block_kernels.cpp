@@ -15,7 +15,10 @@ class CpuBlockKernels final : public BlockKernels {
  public:
   Device device() const override { return Device::cpu(); }
 
-  void forward(const ForwardBlock& block) override { cpu::attention_forward(block); }
+  void forward(const ForwardBlock& block) override {
+    cpu::attention_forward(block);
+    write_final_out(block);
+  }
   void backward(const BackwardBlock& block) override { cpu::attention_backward(block); }
 
   void merge(const TensorView& partial_out, const TensorView& partial_lse, TensorView running_out,

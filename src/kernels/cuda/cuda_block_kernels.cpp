@@ -148,6 +148,7 @@ void CudaBlockKernels::forward(const ForwardBlock& block) {
       elementwise_.merge(piece_out, piece_lse, out_rows, lse_rows);
     }
   }
+  write_final_out(block);
 }
 
 void CudaBlockKernels::backward(const BackwardBlock& block) {

@@ -287,23 +287,33 @@ __device__ void store_rows(const ForwardProblem& problem, const QueryTile& query
   // The four lanes of a row have read its running lse before one of them overwrites it.
   if (problem.accumulate) __syncwarp();
   const bool writes_lse = threadIdx.x % 4 == 0;
+  using Element = typename Traits::Element;
+  Element* const final_out = static_cast<Element*>(problem.final_out);
   CUTE_UNROLL
   for (int row = 0; row < kRows; ++row) {
     if (!valid[row]) continue;
     float* out_row = problem.out + query.batch * problem.out_strides[0] + row_index[row] * problem.out_strides[1] +
                      query.head * problem.out_strides[2];
+    Element* final_row = final_out + query.batch * problem.final_out_strides[0] +
+                         row_index[row] * problem.final_out_strides[1] + query.head * problem.final_out_strides[2];
     // out' = out * running + o * partial (partial includes 1 / sum); a running weight of 0 is
     // not read, so whatever the running output holds (nothing yet, or a row without keys) stays out.
     CUTE_UNROLL
     for (int column = 0; column < size<1>(o); column += 2) {
-      float2* pair = reinterpret_cast<float2*>(out_row + get<1>(coordinates(row, column)));
+      const int d = get<1>(coordinates(row, column));
+      float2* pair = reinterpret_cast<float2*>(out_row + d);
       float2 value = make_float2(o(row, column) * weights[row].partial, o(row, column + 1) * weights[row].partial);
       if (weights[row].running != 0.0f) {
         const float2 running = *pair;
         value.x = fmaf(running.x, weights[row].running, value.x);
         value.y = fmaf(running.y, weights[row].running, value.y);
       }
-      *pair = value;
+      if (final_out == nullptr) {
+        *pair = value;
+      } else {  // the last block of these rows: rounded once, to the inputs' dtype
+        cutlass::NumericArrayConverter<Element, float, 2> round;
+        *reinterpret_cast<cutlass::Array<Element, 2>*>(final_row + d) = round(cutlass::Array<float, 2>{value.x, value.y});
+      }
     }
     if (writes_lse)
       problem.lse[query.batch * problem.lse_strides[0] + query.head * problem.lse_strides[1] +
@@ -355,8 +365,9 @@ __device__ void consume(const ForwardParams<Traits>& params, typename Traits::Sh
     clear(tOrO);
     KeyTileCursor cursor;
     if (!cursor.next_segment<kBlockN>(problem, query.rows)) {
-      // No row sees a key here: out 0, lse -inf, or the running result unchanged.
-      if (!problem.accumulate) {
+      // No row sees a key here: out 0, lse -inf, or the running result unchanged (converted to
+      // final_out when there is one).
+      if (!problem.accumulate || problem.final_out != nullptr) {
         float lse[kRows], normalizer[kRows];
         softmax.finish(lse, normalizer);
         store_rows<Traits>(problem, query, out, out_rows_columns, lse, normalizer);

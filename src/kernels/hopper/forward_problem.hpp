@@ -42,6 +42,8 @@ struct ForwardProblem {
   float* lse = nullptr;  // (B, H, Sq) fp32
   int64_t lse_strides[3] = {};  // batch, head, token
   bool accumulate = false;  // merge into (out, lse) instead of writing them
+  void* final_out = nullptr;  // (B, Sq, H, D) in the inputs' dtype: written instead of out when set
+  int64_t final_out_strides[3] = {};  // batch, token, head
 };
 
 /// Enqueues `problem` on `stream` (persistent: at most `multiprocessors` CTAs). Defined for

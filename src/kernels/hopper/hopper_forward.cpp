@@ -130,6 +130,18 @@ std::string block_unsupported(const ForwardBlock& block) {
     why << "lse " << lse.describe() << " must be fp32 (B, H, Sq) for q " << q.describe();
     return why.str();
   }
+  const TensorView& final_out = block.final_out;
+  if (final_out.data != nullptr) {
+    bool same_shape = final_out.ndim == 4;
+    for (int dim = 0; same_shape && dim < 4; ++dim) same_shape = final_out.size(dim) == q.size(dim);
+    if (!same_shape || final_out.dtype != q.dtype || final_out.device != q.device || final_out.stride(3) != 1 ||
+        address(final_out) % 4 != 0 || final_out.stride(0) % 2 != 0 || final_out.stride(1) % 2 != 0 ||
+        final_out.stride(2) % 2 != 0) {
+      why << "final_out " << final_out.describe() << " must have q's shape, dtype and device with head_dim contiguous "
+          << "and even strides from a 4-byte aligned address (the own forward writes pairs)";
+      return why.str();
+    }
+  }
   if (!(std::isfinite(block.scale) && block.scale > 0)) {
     why << "softmax scale " << block.scale << " must be finite and > 0";
     return why.str();
@@ -191,10 +203,14 @@ void hopper_forward(const ForwardBlock& block, cudaStream_t stream) {
   problem.accumulate = block.accumulate;
 
   // Segments in launches of up to kMaxSegmentsPerLaunch; each launch after the first merges
-  // into what the earlier ones wrote. Segments without keys take no place.
+  // into what the earlier ones wrote, and only the last writes final_out. Segments without keys
+  // take no place.
+  int segments_left = 0;
+  for (const KvSegment& segment : block.segments) segments_left += segment.k.size(1) > 0;
   bool launched = false;
   for (const KvSegment& segment : block.segments) {
     if (segment.k.size(1) == 0) continue;
+    --segments_left;
     ForwardSegment& keys = problem.segments[problem.num_segments++];
     keys.k = segment.k.data;
     keys.v = segment.v.data;
@@ -203,15 +219,19 @@ void hopper_forward(const ForwardBlock& block, cudaStream_t stream) {
     keys.keys = static_cast<int32_t>(segment.k.size(1));
     keys.position = segment.position;
     problem.kv_heads = static_cast<int32_t>(segment.k.size(2));
-    if (problem.num_segments == kMaxSegmentsPerLaunch) {
+    if (problem.num_segments == kMaxSegmentsPerLaunch && segments_left > 0) {
       launch(problem, multiprocessors, stream);
       launched = true;
       problem.num_segments = 0;
       problem.accumulate = true;
     }
   }
-  // Without accumulate a launch of no segments still writes out 0, lse -inf.
-  if (problem.num_segments > 0 || !(launched || block.accumulate)) launch(problem, multiprocessors, stream);
+  problem.final_out = block.final_out.data;
+  copy_strides(block.final_out, problem.final_out_strides);
+  // The last launch: also without segments, where out 0, lse -inf must be written (no earlier
+  // launch, no accumulate) or where final_out must be.
+  if (problem.num_segments > 0 || !(launched || block.accumulate) || problem.final_out != nullptr)
+    launch(problem, multiprocessors, stream);
 }
 
 std::string hopper_forward_description() {
