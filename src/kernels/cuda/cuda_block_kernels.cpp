@@ -110,6 +110,7 @@ void CudaBlockKernels::forward(const ForwardBlock& block) {
   if (kernel_ != KernelChoice::cudnn) {
     const std::string own_unsupported = hopper_forward_unsupported(block);
     if (own_unsupported.empty()) {
+      CurrentDeviceGuard guard(device.index);  // its launches go to the current device, as every launch here
       hopper_forward(block, stream());
       return;
     }
