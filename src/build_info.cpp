@@ -9,8 +9,11 @@
 
 #ifdef SPATTN_WITH_CUDA
 #include <cuda_runtime_api.h>
+
+#include "kernels/hopper/hopper_forward.hpp"
 #endif
 
+#include "spattn/attention_shape.hpp"
 #include "spattn/device_memory.hpp"
 #include "spattn/error.hpp"
 
@@ -22,8 +25,14 @@ BuildInfo build_info() {
   info.kernel_backends = {"cpu"};
   info.communicators = {"mpi"};
   info.devices = {"cpu"};
+  info.block_kernels = {{"cpu", "fp32, fp16, bf16 (computed in fp32), head dim 1 to " + std::to_string(kMaxHeadDim) +
+                                    "; forward and backward (OpenMP threads, OpenBLAS tile products)"}};
 #ifdef SPATTN_WITH_CUDA
-  info.kernel_backends.push_back("cuda (cuDNN attention)");
+  info.kernel_backends.push_back("cuda (own Hopper forward, cuDNN attention)");
+  info.block_kernels.push_back({"own (Hopper sm_90)", "forward: " + cuda::hopper_forward_description() +
+                                                          "; backward: cuDNN"});
+  info.block_kernels.push_back({"cudnn", "bf16, fp16, the head dims cuDNN's fused attention takes; forward and "
+                                         "backward, each call's out and gradients in the input dtype"});
   info.communicators.push_back("mpi staged through the host (device memory)");
 #ifdef SPATTN_WITH_NCCL
   info.communicators.push_back("nccl");

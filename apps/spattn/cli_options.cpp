@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kernels/block_kernels.hpp"
 #include "schedule/cost_model.hpp"
 #include "spattn/device_communicator.hpp"
 #include "spattn/distributed_attention.hpp"
@@ -127,6 +128,10 @@ void parse_transport_option(RunOptions& options, const std::string& name) {
   options.transport = transport_name(parse_with_library("--transport", parse_transport, name));
 }
 
+void parse_kernel_option(RunOptions& options, const std::string& name) {
+  options.kernel = parse_with_library("--kernel", parse_kernel_choice, name);
+}
+
 // One option of a command: what it is called, what it does, and how it sets the command's
 // options (RunOptions or PlanOptions).
 template <typename Options>
@@ -215,7 +220,11 @@ const OptionTable<RunOptions>& run_option_table() {
       {"--transport", "NAME",
        "auto, mpi, nccl or staged-mpi (default auto: mpi on cpu; nccl when every rank has a GPU of its own, "
        "else staged-mpi)",
-       [](RunOptions& options, const std::string& value) { parse_transport_option(options, value); }}},
+       [](RunOptions& options, const std::string& value) { parse_transport_option(options, value); }},
+      {"--kernel", "NAME",
+       "block kernels on cuda: auto (own Hopper kernels where they run the call, else cuDNN), own (an error where "
+       "they cannot) or cudnn; cpu takes only auto (default auto)",
+       [](RunOptions& options, const std::string& value) { parse_kernel_option(options, value); }}},
   });
   return table;
 }
@@ -351,6 +360,16 @@ std::string option_lines(const OptionTable<Options>& table) {
 
 bool asks_for_help(const std::string& argument) { return argument == "--help" || argument == "-h"; }
 
+// On the CPU the library's rule for a kernel choice (block_kernels_unsupported) needs nothing
+// but the options, so a choice it refuses there is a mistake of the command line. On CUDA it
+// depends on each rank's GPU: the plan checks it on every rank.
+void check_kernel_for_device(const RunOptions& options) {
+  if (options.device != "cpu") return;
+  const std::string reason = block_kernels_unsupported(Device::cpu(), options.kernel, options.dtype, options.head_dim);
+  if (!reason.empty())
+    throw UsageError("--kernel " + kernel_choice_name(options.kernel) + " with --device cpu: " + reason);
+}
+
 // cuDNN's fused attention has no fp32 path: on cuda the element type defaults to bf16.
 void choose_device_dtype(RunOptions& options, const std::vector<std::string>& arguments) {
   if (options.device != "cuda") return;
@@ -376,6 +395,7 @@ CliCommand parse_command_line(int argc, const char* const* argv) {
     command.kind = CliCommand::Kind::run;
     command.run = parse_options(run_option_table(), name, options);
     choose_device_dtype(command.run, options);
+    check_kernel_for_device(command.run);
   } else if (name == "plan") {
     command.kind = CliCommand::Kind::plan;
     command.plan = parse_options(plan_option_table(), name, options);

@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 
+#include "spattn/attention_options.hpp"
 #include "spattn/dtype.hpp"
 #include "spattn/error.hpp"
 
@@ -48,6 +49,7 @@ struct RunOptions {
   int threads = 0;  // CPU threads per rank; 0: chosen automatically
   std::string device = "cpu";      // cpu or cuda: where the shards live and the kernels run
   std::string transport = "auto";  // one of all_transports() (spattn/device_communicator.hpp)
+  KernelChoice kernel = KernelChoice::automatic;  // the block kernels on cuda; only automatic on cpu
 };
 
 /// Options of `spattn plan`, with their defaults: the rotation schedule of one algorithm, or

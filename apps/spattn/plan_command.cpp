@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "json_string.hpp"
 #include "schedule/cost_model.hpp"
 
 namespace spattn::app {
@@ -64,15 +65,6 @@ std::string shape_summary(const PlanCase& plan) {
        << shape.heads << ", HK " << shape.kv_heads << ", D " << shape.head_dim << ", " << dtype_name(shape.dtype)
        << (plan.causal ? ", causal" : ", not causal");
   return text.str();
-}
-
-std::string json_string(const std::string& text) {
-  std::string quoted = "\"";
-  for (char character : text) {
-    if (character == '"' || character == '\\') quoted += '\\';
-    quoted += character;
-  }
-  return quoted + "\"";
 }
 
 std::string json_value(int64_t value) { return std::to_string(value); }

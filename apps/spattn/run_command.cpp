@@ -77,6 +77,7 @@ AttentionOptions attention_options(const RunOptions& options) {
   attention.window_left = options.window_left;
   attention.window_right = options.window_right;
   attention.softmax_scale = options.scale;
+  attention.kernel = options.kernel;
   return attention;
 }
 

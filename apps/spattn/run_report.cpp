@@ -91,7 +91,8 @@ std::string format_table(const RunReport& report) {
     text << " x " << report.threads_per_rank << " thread" << (report.threads_per_rank == 1 ? "" : "s") << " (cpu)\n";
   else
     text << " on " << device_kind_name(report.device) << " over " << report.transport << " ("
-         << report.ranks_per_device << " rank" << (report.ranks_per_device == 1 ? "" : "s") << " per GPU)\n";
+         << report.ranks_per_device << " rank" << (report.ranks_per_device == 1 ? "" : "s") << " per GPU), kernel "
+         << kernel_choice_name(o.kernel) << "\n";
   text
        << "  shape B=" << o.batch << " S=" << o.seq << " H=" << o.heads << " HK=" << o.kv_heads << " D=" << o.head_dim
        << "  " << dtype_name(o.dtype) << "  causal=" << (o.causal ? "yes" : "no") << "  window=" << window_text(o)
@@ -131,6 +132,7 @@ std::string format_json(const RunReport& report) {
   json << "{\"algo\": \"" << o.algorithm << "\", \"ranks\": " << report.ranks
        << ", \"threads_per_rank\": " << report.threads_per_rank << ", \"device\": \""
        << device_kind_name(report.device) << "\", \"transport\": \"" << report.transport
+       << "\", \"kernel\": \"" << kernel_choice_name(o.kernel)
        << "\", \"ranks_per_device\": " << report.ranks_per_device
        << ", \"shape\": {\"batch\": " << o.batch << ", \"seq\": " << o.seq << ", \"heads\": " << o.heads
        << ", \"kv_heads\": " << o.kv_heads << ", \"head_dim\": " << o.head_dim << "}"

@@ -1,11 +1,28 @@
 #pragma once
 /// \file attention_options.hpp
-/// What attention computes: the mask in global token positions and the softmax scale.
+/// What attention computes: the mask in global token positions and the softmax scale; and which
+/// block kernels compute it.
 
 #include <cstdint>
 #include <optional>
+#include <string>
 
 namespace spattn {
+
+/// Which block kernels compute attention on a CUDA device. The result means the same with each;
+/// accuracy and speed differ.
+enum class KernelChoice {
+  automatic,  ///< spattn's own Hopper kernels where they support the call (sm_90), cuDNN elsewhere
+  own,        ///< spattn's own Hopper kernels; an error (before any transfer) where they do not support the call
+  cudnn,      ///< cuDNN's fused attention for every block
+};
+
+/// "auto", "own" or "cudnn": the name the program, Python and error messages use.
+std::string kernel_choice_name(KernelChoice kernel);
+
+/// The KernelChoice of kernel_choice_name's `name`; throws Error naming `name` and the allowed
+/// names otherwise.
+KernelChoice parse_kernel_choice(const std::string& name);
 
 /// Options shared by every strategy. Positions are global (in the full sequence), so a mask
 /// means the same on every rank and at every step.
@@ -19,6 +36,10 @@ struct AttentionOptions {
   int64_t window_right = -1;
   /// Softmax scale; 1/sqrt(head_dim) when unset.
   std::optional<float> softmax_scale;
+  /// The block kernels on a CUDA device. On the CPU there is one set of kernels and only
+  /// automatic is allowed: plans refuse any other choice on every rank before their first
+  /// transfer, as they do `own` where spattn's own kernels cannot run the call.
+  KernelChoice kernel = KernelChoice::automatic;
 };
 
 /// The visibility rule of AttentionOptions as two bounds: query i sees key j when

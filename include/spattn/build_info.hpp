@@ -7,9 +7,16 @@
 
 namespace spattn {
 
+/// One set of block kernels in this build, and what it computes, in words.
+struct BlockKernelsInfo {
+  std::string name;      // "cpu"; on CUDA the KernelChoice it is chosen by: "own (Hopper sm_90)", "cudnn"
+  std::string supports;  // dtypes, head dims, forward and backward
+};
+
 struct BuildInfo {
   std::string version;                     // e.g. "0.1.0"
   std::vector<std::string> kernel_backends;  // devices with block kernels, e.g. {"cpu"}
+  std::vector<BlockKernelsInfo> block_kernels;  // every set of kernels, the CPU's first
   std::vector<std::string> communicators;    // e.g. {"mpi"}
   std::string mpi_library;                 // the MPI implementation's own version line
   std::string blas;                        // BLAS used by the CPU kernels

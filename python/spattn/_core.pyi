@@ -14,6 +14,9 @@ class SpattnError(RuntimeError):
 
 def algorithms() -> List[str]: ...
 def build_info() -> Dict[str, Any]: ...
+def parse_kernel_choice(name: str) -> str:
+    """`name` when it names a choice of block kernels (auto, own or cudnn); SpattnError naming the
+    allowed names otherwise."""
 def set_cpu_threads(threads: int) -> None: ...
 def cpu_threads() -> int: ...
 def cluster_presets() -> List[str]: ...
@@ -65,7 +68,8 @@ class NcclCommunicator(Communicator):
     def __init__(self, rank: int, size: int, unique_id: bytes, device_index: int) -> None: ...
 
 class Plan:
-    """A DistributedAttention plan for one global shape, dtype, mask and algorithm (collective)."""
+    """A DistributedAttention plan for one global shape, dtype, mask, algorithm and choice of block
+    kernels (collective)."""
 
     def __init__(
         self,
@@ -84,6 +88,7 @@ class Plan:
         nodes: int = 1,
         inner: int = 0,
         across: str = "zigzag",
+        kernel: str = "auto",
     ) -> None: ...
     @property
     def algorithm(self) -> str: ...
@@ -113,6 +118,7 @@ def local_forward(
     window_left: int = -1,
     window_right: int = -1,
     softmax_scale: Optional[float] = None,
+    kernel: str = "auto",
 ) -> None: ...
 def local_backward(
     q: Tensor,
@@ -128,4 +134,5 @@ def local_backward(
     window_left: int = -1,
     window_right: int = -1,
     softmax_scale: Optional[float] = None,
+    kernel: str = "auto",
 ) -> None: ...

@@ -8,6 +8,10 @@ lse: (B, H, S_local) fp32 when return_attn_probs is set. Gradients flow to q, k 
 CPU tensors run over spattn's MPI communicator of all ranks (launch with mpiexec); CUDA tensors run
 over an NCCL communicator of `group` (any torch.distributed group; launch with torchrun or
 mpiexec), their compute on torch's current stream.
+
+Beyond ring-flash-attn's arguments, every function takes the keyword `kernel`, the block kernels
+on CUDA: "auto" (spattn's own Hopper kernels where they support the call, cuDNN elsewhere), "own"
+(an error where they do not) or "cudnn". The CPU has one set of kernels and takes only "auto".
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from typing import Any, Optional, Tuple, Union
 
 import torch
 
+from . import _core
 from .communicator import communicator_for, raise_on_every_rank
 from .plans import dtype_name, get_plan
 
@@ -56,8 +61,14 @@ class DistributedAttentionFunction(torch.autograd.Function):
 
 
 def _argument_error(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float,
-                    window_size: Tuple[int, int], alibi_slopes: Optional[torch.Tensor]) -> Optional[Exception]:
+                    window_size: Tuple[int, int], alibi_slopes: Optional[torch.Tensor],
+                    kernel: str) -> Optional[Exception]:
     """What is wrong with this rank's arguments, or None."""
+    try:
+        # The C++ core's names, and its message naming the allowed ones.
+        _core.parse_kernel_choice(kernel if isinstance(kernel, str) else repr(kernel))
+    except _core.SpattnError as error:
+        return ValueError(str(error).removeprefix("spattn: "))
     if dropout_p != 0.0:
         return ValueError(f"dropout_p={dropout_p} is not supported: spattn computes exact attention without "
                           "dropout; allowed: 0.0")
@@ -81,17 +92,19 @@ def _argument_error(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p
 @torch.compiler.disable
 def _attention(algorithm: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float,
                softmax_scale: Optional[float], causal: bool, window_size: Tuple[int, int],
-               alibi_slopes: Optional[torch.Tensor], return_attn_probs: bool, group: Any) -> AttentionResult:
+               alibi_slopes: Optional[torch.Tensor], return_attn_probs: bool, group: Any,
+               kernel: str) -> AttentionResult:
     device = q.device if isinstance(q, torch.Tensor) else torch.device("cpu")
     # A group or device that cannot work fails alike on every rank, before any exchange.
     communicator = communicator_for(device, group)
     # A bad argument may be on one rank only: that rank refuses in the agreement that starts the
     # other ranks' call, so they raise too instead of waiting for it.
-    raise_on_every_rank(_argument_error(q, k, v, dropout_p, window_size, alibi_slopes), communicator)
+    raise_on_every_rank(_argument_error(q, k, v, dropout_p, window_size, alibi_slopes, kernel), communicator)
     batch, local_seq, heads, head_dim = q.shape
     plan = get_plan(communicator, algorithm, batch=batch, local_seq=local_seq, heads=heads, kv_heads=k.shape[2],
                     head_dim=head_dim, dtype=dtype_name("q", q.dtype), causal=causal,
-                    window_size=(int(window_size[0]), int(window_size[1])), softmax_scale=softmax_scale)
+                    window_size=(int(window_size[0]), int(window_size[1])), softmax_scale=softmax_scale,
+                    kernel=kernel)
     out, lse = DistributedAttentionFunction.apply(q, k, v, plan)
     return (out, lse, None) if return_attn_probs else out
 
@@ -109,86 +122,86 @@ def _split_packed(name: str, packed: torch.Tensor, parts: int) -> Tuple[torch.Te
 
 def ring_flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
                          alibi_slopes=None, deterministic=False, return_attn_probs=False,
-                         group=None) -> AttentionResult:
+                         group=None, *, kernel="auto") -> AttentionResult:
     """Ring attention; rank r holds the r-th of N equal stretches of the sequence."""
     return _attention("ring", q, k, v, dropout_p, softmax_scale, causal, window_size, alibi_slopes,
-                      return_attn_probs, group)
+                      return_attn_probs, group, kernel)
 
 
 def ring_flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
                                   alibi_slopes=None, deterministic=False, return_attn_probs=False,
-                                  group=None) -> AttentionResult:
+                                  group=None, *, kernel="auto") -> AttentionResult:
     """ring_flash_attn_func with kv: (B, S_local, 2, HK, D)."""
     k, v = _split_packed("kv", kv, 2)
     return ring_flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, alibi_slopes,
-                                deterministic, return_attn_probs, group)
+                                deterministic, return_attn_probs, group, kernel=kernel)
 
 
 def ring_flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
                                    alibi_slopes=None, deterministic=False, return_attn_probs=False,
-                                   group=None) -> AttentionResult:
+                                   group=None, *, kernel="auto") -> AttentionResult:
     """ring_flash_attn_func with qkv: (B, S_local, 3, H, D)."""
     q, k, v = _split_packed("qkv", qkv, 3)
     return ring_flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, alibi_slopes,
-                                deterministic, return_attn_probs, group)
+                                deterministic, return_attn_probs, group, kernel=kernel)
 
 
 def zigzag_ring_flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
                                 alibi_slopes=None, deterministic=False, return_attn_probs=False,
-                                group=None) -> AttentionResult:
+                                group=None, *, kernel="auto") -> AttentionResult:
     """Zigzag ring attention; the sequence is cut into 2N chunks and rank r holds chunks r and 2N-1-r."""
     return _attention("zigzag", q, k, v, dropout_p, softmax_scale, causal, window_size, alibi_slopes,
-                      return_attn_probs, group)
+                      return_attn_probs, group, kernel)
 
 
 def zigzag_ring_flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False,
                                          window_size=(-1, -1), alibi_slopes=None, deterministic=False,
-                                         return_attn_probs=False, group=None) -> AttentionResult:
+                                         return_attn_probs=False, group=None, *, kernel="auto") -> AttentionResult:
     """zigzag_ring_flash_attn_func with kv: (B, S_local, 2, HK, D)."""
     k, v = _split_packed("kv", kv, 2)
     return zigzag_ring_flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, alibi_slopes,
-                                       deterministic, return_attn_probs, group)
+                                       deterministic, return_attn_probs, group, kernel=kernel)
 
 
 def zigzag_ring_flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False,
                                           window_size=(-1, -1), alibi_slopes=None, deterministic=False,
-                                          return_attn_probs=False, group=None) -> AttentionResult:
+                                          return_attn_probs=False, group=None, *, kernel="auto") -> AttentionResult:
     """zigzag_ring_flash_attn_func with qkv: (B, S_local, 3, H, D)."""
     q, k, v = _split_packed("qkv", qkv, 3)
     return zigzag_ring_flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, alibi_slopes,
-                                       deterministic, return_attn_probs, group)
+                                       deterministic, return_attn_probs, group, kernel=kernel)
 
 
 def ulysses_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
                       alibi_slopes=None, deterministic=False, return_attn_probs=False,
-                      group=None) -> AttentionResult:
+                      group=None, *, kernel="auto") -> AttentionResult:
     """Ulysses: all-to-all from sequence shards to head shards and back (H % N == 0); contiguous layout."""
     return _attention("ulysses", q, k, v, dropout_p, softmax_scale, causal, window_size, alibi_slopes,
-                      return_attn_probs, group)
+                      return_attn_probs, group, kernel)
 
 
 def hamilton_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
                        alibi_slopes=None, deterministic=False, return_attn_probs=False,
-                       group=None) -> AttentionResult:
+                       group=None, *, kernel="auto") -> AttentionResult:
     """Hamiltonian-cycle attention (TASP); zigzag layout when causal, else contiguous. N is not 4 or 6."""
     return _attention("hamilton", q, k, v, dropout_p, softmax_scale, causal, window_size, alibi_slopes,
-                      return_attn_probs, group)
+                      return_attn_probs, group, kernel)
 
 
 def allgather_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
                         alibi_slopes=None, deterministic=False, return_attn_probs=False,
-                        group=None) -> AttentionResult:
+                        group=None, *, kernel="auto") -> AttentionResult:
     """All-gather attention (Llama 3 style) over the zigzag layout."""
     return _attention("allgather", q, k, v, dropout_p, softmax_scale, causal, window_size, alibi_slopes,
-                      return_attn_probs, group)
+                      return_attn_probs, group, kernel)
 
 
 def usp_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
                   alibi_slopes=None, deterministic=False, return_attn_probs=False,
-                  group=None) -> AttentionResult:
+                  group=None, *, kernel="auto") -> AttentionResult:
     """USP: Ulysses inside groups of the largest degree dividing N, H and HK, zigzag ring across groups."""
     return _attention("usp", q, k, v, dropout_p, softmax_scale, causal, window_size, alibi_slopes,
-                      return_attn_probs, group)
+                      return_attn_probs, group, kernel)
 
 
 # The function of each algorithm that takes separate q, k, v (hamilton2 needs nodes of several

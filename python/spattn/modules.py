@@ -20,11 +20,12 @@ class UlyssesAttention(torch.nn.Module):
     (the sequence dimension, 1) of (B, S_local, H, D) tensors; no other layout is supported.
     `use_sync` is accepted and changes nothing (spattn orders its transfers itself), and so is
     `attn_type`: spattn computes every block with its own kernels whatever attention backend it
-    names.
+    names. Those kernels on CUDA are `kernel`'s: "auto", "own" or "cudnn" (see spattn.functional).
     """
 
     def __init__(self, sequence_process_group: Any = None, scatter_idx: int = _HEAD_DIM,
-                 gather_idx: int = _SEQUENCE_DIM, use_sync: bool = False, attn_type: Any = None) -> None:
+                 gather_idx: int = _SEQUENCE_DIM, use_sync: bool = False, attn_type: Any = None, *,
+                 kernel: str = "auto") -> None:
         super().__init__()
         if (scatter_idx, gather_idx) != (_HEAD_DIM, _SEQUENCE_DIM):
             raise ValueError(f"scatter_idx={scatter_idx}, gather_idx={gather_idx}: spattn's Ulysses takes "
@@ -34,6 +35,7 @@ class UlyssesAttention(torch.nn.Module):
         self.gather_idx = gather_idx
         self.use_sync = use_sync
         self.attn_type = attn_type
+        self.kernel = kernel
 
     def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, dropout_p: float = 0.0,
                 softmax_scale: Optional[float] = None, causal: bool = False,
@@ -46,4 +48,4 @@ class UlyssesAttention(torch.nn.Module):
         if args:
             raise TypeError(f"UlyssesAttention.forward got {len(args)} unexpected extra positional arguments")
         return ulysses_attn_func(query, key, value, dropout_p, softmax_scale, causal, window_size, alibi_slopes,
-                                 deterministic, return_attn_probs, self.spg)
+                                 deterministic, return_attn_probs, self.spg, kernel=self.kernel)

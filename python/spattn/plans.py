@@ -1,5 +1,5 @@
-"""One cached spattn plan per (algorithm, global shape, dtype, mask, scale): a plan validates and
-agrees across ranks once and keeps its workspace for the calls after it.
+"""One cached spattn plan per (algorithm, global shape, dtype, mask, scale, block kernels): a plan
+validates and agrees across ranks once and keeps its workspace for the calls after it.
 
 Plan creation is collective, so every rank must ask for the same plans in the same order, as
 ranks that run the same model do.
@@ -29,17 +29,18 @@ def dtype_name(name: str, dtype: torch.dtype) -> str:
 
 def get_plan(communicator: Any, algorithm: str, *, batch: int, local_seq: int, heads: int, kv_heads: int,
              head_dim: int, dtype: str, causal: bool = False, window_size: Tuple[int, int] = (-1, -1),
-             softmax_scale: Optional[float] = None) -> _core.Plan:
+             softmax_scale: Optional[float] = None, kernel: str = "auto") -> _core.Plan:
     """The cached plan of these arguments over `communicator` (communicator.communicator_for), made
     on the first call (collective). `local_seq` is this rank's length; the global length is N
-    times it."""
+    times it. `kernel`: the block kernels on CUDA, "auto", "own" or "cudnn" (_core.parse_kernel_choice)."""
     window_left, window_right = window_size
     key = (id(communicator), algorithm, batch, local_seq * communicator.size, heads, kv_heads, head_dim, dtype,
-           bool(causal), int(window_left), int(window_right), None if softmax_scale is None else float(softmax_scale))
+           bool(causal), int(window_left), int(window_right), None if softmax_scale is None else float(softmax_scale),
+           kernel)
     plan = _plans.get(key)
     if plan is None:
         plan = _core.Plan(communicator, algorithm, batch, key[3], heads, kv_heads, head_dim, dtype, causal=key[8],
-                          window_left=key[9], window_right=key[10], softmax_scale=key[11])
+                          window_left=key[9], window_right=key[10], softmax_scale=key[11], kernel=kernel)
         _plans[key] = plan
     return plan
 

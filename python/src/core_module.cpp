@@ -39,12 +39,13 @@ namespace {
 using Array = nb::ndarray<>;
 
 AttentionOptions attention_options(bool causal, int64_t window_left, int64_t window_right,
-                                   std::optional<float> softmax_scale) {
+                                   std::optional<float> softmax_scale, const std::string& kernel) {
   AttentionOptions options;
   options.causal = causal;
   options.window_left = window_left;
   options.window_right = window_right;
   options.softmax_scale = softmax_scale;
+  options.kernel = parse_kernel_choice(kernel);
   return options;
 }
 
@@ -76,9 +77,10 @@ class Plan {
  public:
   Plan(Communicator& communicator, const std::string& algorithm, int64_t batch, int64_t seq, int64_t heads,
        int64_t kv_heads, int64_t head_dim, const std::string& dtype, bool causal, int64_t window_left,
-       int64_t window_right, std::optional<float> softmax_scale, int nodes, int inner, const std::string& across)
+       int64_t window_right, std::optional<float> softmax_scale, int nodes, int inner, const std::string& across,
+       const std::string& kernel)
       : attention_(make(communicator, algorithm, batch, seq, heads, kv_heads, head_dim, dtype, causal, window_left,
-                        window_right, softmax_scale, nodes, inner, across)) {}
+                        window_right, softmax_scale, nodes, inner, across, kernel)) {}
 
   std::string algorithm() const { return algorithm_name(attention_->algorithm()); }
   const SequenceLayout& layout() const { return attention_->layout(); }
@@ -126,9 +128,9 @@ class Plan {
                                                     int64_t head_dim, const std::string& dtype, bool causal,
                                                     int64_t window_left, int64_t window_right,
                                                     std::optional<float> softmax_scale, int nodes, int inner,
-                                                    const std::string& across) {
+                                                    const std::string& across, const std::string& kernel) {
     const AttentionShape shape{batch, seq, heads, kv_heads, head_dim, parse_dtype(dtype)};
-    const AttentionOptions options = attention_options(causal, window_left, window_right, softmax_scale);
+    const AttentionOptions options = attention_options(causal, window_left, window_right, softmax_scale, kernel);
     StrategyOptions strategy_options;
     strategy_options.nodes = nodes;
     strategy_options.inner = inner;
@@ -172,6 +174,14 @@ nb::dict build_info_dict() {
   nb::dict result;
   result["version"] = info.version;
   result["kernel_backends"] = info.kernel_backends;
+  nb::list block_kernels;
+  for (const BlockKernelsInfo& kernels : info.block_kernels) {
+    nb::dict entry;
+    entry["name"] = kernels.name;
+    entry["supports"] = kernels.supports;
+    block_kernels.append(entry);
+  }
+  result["block_kernels"] = block_kernels;
   result["communicators"] = info.communicators;
   result["mpi_library"] = info.mpi_library;
   result["blas"] = info.blas;
@@ -204,7 +214,13 @@ NB_MODULE(_core, m) {
         return names;
       },
       "Every algorithm name a Plan takes, in the order help texts list them.");
-  m.def("build_info", &build_info_dict, "What this build contains: version, kernel backends, communicators, ...");
+  m.def("build_info", &build_info_dict,
+        "What this build contains: version, kernel backends, block kernels, communicators, ...");
+  m.def(
+      "parse_kernel_choice", [](const std::string& name) { return kernel_choice_name(parse_kernel_choice(name)); },
+      "name"_a,
+      "`name` when it names a choice of block kernels (auto, own or cudnn); SpattnError naming the allowed "
+      "names otherwise.");
   m.def("set_cpu_threads", &set_cpu_threads, "threads"_a, "Threads the CPU kernels use in this process.");
   m.def("cpu_threads", &cpu_threads, "Threads the CPU kernels use in this process.");
 
@@ -267,12 +283,14 @@ NB_MODULE(_core, m) {
 #endif
 
   nb::class_<Plan>(m, "Plan",
-                   "A DistributedAttention plan for one global shape, dtype, mask and algorithm (collective).")
+                   "A DistributedAttention plan for one global shape, dtype, mask, algorithm and choice of block "
+                   "kernels (collective).")
       .def(nb::init<Communicator&, const std::string&, int64_t, int64_t, int64_t, int64_t, int64_t,
-                    const std::string&, bool, int64_t, int64_t, std::optional<float>, int, int, const std::string&>(),
+                    const std::string&, bool, int64_t, int64_t, std::optional<float>, int, int, const std::string&,
+                    const std::string&>(),
            "communicator"_a, "algorithm"_a, "batch"_a, "seq"_a, "heads"_a, "kv_heads"_a, "head_dim"_a, "dtype"_a,
            "causal"_a = false, "window_left"_a = -1, "window_right"_a = -1, "softmax_scale"_a = nb::none(),
-           "nodes"_a = 1, "inner"_a = 0, "across"_a = "zigzag", nb::keep_alive<1, 2>())
+           "nodes"_a = 1, "inner"_a = 0, "across"_a = "zigzag", "kernel"_a = "auto", nb::keep_alive<1, 2>())
       .def_prop_ro("algorithm", &Plan::algorithm)
       .def_prop_ro("layout_name", [](const Plan& plan) { return plan.layout().name(); })
       .def_prop_ro("global_length", [](const Plan& plan) { return plan.layout().global_length(); })
@@ -292,32 +310,32 @@ NB_MODULE(_core, m) {
   m.def(
       "local_forward",
       [](const Array& q, const Array& k, const Array& v, const Array& out, const Array& lse, bool causal,
-         int64_t window_left, int64_t window_right, std::optional<float> softmax_scale) {
+         int64_t window_left, int64_t window_right, std::optional<float> softmax_scale, const std::string& kernel) {
         const TensorView views[] = {tensor_from_dlpack("q", q), tensor_from_dlpack("k", k), tensor_from_dlpack("v", v),
                                     tensor_from_dlpack("out", out), tensor_from_dlpack("lse", lse)};
-        const AttentionOptions options = attention_options(causal, window_left, window_right, softmax_scale);
+        const AttentionOptions options = attention_options(causal, window_left, window_right, softmax_scale, kernel);
         nb::gil_scoped_release release;
         local_attention_forward(views[0], views[1], views[2], views[3], views[4], options);
       },
       "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a, "causal"_a = false, "window_left"_a = -1, "window_right"_a = -1,
-      "softmax_scale"_a = nb::none(),
+      "softmax_scale"_a = nb::none(), "kernel"_a = "auto",
       "Attention of a whole sequence in this process with spattn's kernels (the single-rank baseline).");
   m.def(
       "local_backward",
       [](const Array& q, const Array& k, const Array& v, const Array& out, const Array& lse, const Array& dout,
          const Array& dq, const Array& dk, const Array& dv, bool causal, int64_t window_left, int64_t window_right,
-         std::optional<float> softmax_scale) {
+         std::optional<float> softmax_scale, const std::string& kernel) {
         const TensorView views[] = {tensor_from_dlpack("q", q),       tensor_from_dlpack("k", k),
                                     tensor_from_dlpack("v", v),       tensor_from_dlpack("out", out),
                                     tensor_from_dlpack("lse", lse),   tensor_from_dlpack("dout", dout),
                                     tensor_from_dlpack("dq", dq),     tensor_from_dlpack("dk", dk),
                                     tensor_from_dlpack("dv", dv)};
-        const AttentionOptions options = attention_options(causal, window_left, window_right, softmax_scale);
+        const AttentionOptions options = attention_options(causal, window_left, window_right, softmax_scale, kernel);
         nb::gil_scoped_release release;
         local_attention_backward(views[0], views[1], views[2], views[3], views[4], views[5], views[6], views[7],
                                  views[8], options);
       },
       "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a, "dout"_a, "dq"_a, "dk"_a, "dv"_a, "causal"_a = false,
-      "window_left"_a = -1, "window_right"_a = -1, "softmax_scale"_a = nb::none(),
+      "window_left"_a = -1, "window_right"_a = -1, "softmax_scale"_a = nb::none(), "kernel"_a = "auto",
       "dq, dk, dv of local_forward, written in place.");
 }

@@ -67,7 +67,7 @@ void agree_on_call(Communicator& communicator, const std::string& local_error,
     SPATTN_CHECK(same, "ranks disagree on the call: rank 0 has " << describe_signature(first) << ", rank " << rank
                                                                   << " has " << describe_signature(record)
                                                                   << "; every rank must pass the same global shape, "
-                                                                     "dtype and options");
+                                                                     "dtype and options (mask, scale and kernel)");
   }
 }
 

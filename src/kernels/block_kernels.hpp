@@ -1,11 +1,13 @@
 #pragma once
 // The kernel interface that strategies are written against: one implementation per device
-// (cpu here; cuda/cudnn later). Kernels know nothing of ranks, steps or strategies: a block is
-// queries at global positions against a list of key/value segments at global positions.
+// (cpu/ here; cuda/ on NVIDIA GPUs, through cuDNN or spattn's own Hopper kernels). Kernels know
+// nothing of ranks, steps or strategies: a block is queries at global positions against a list of
+// key/value segments at global positions.
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "spattn/attention_options.hpp"
@@ -128,8 +130,17 @@ class BlockKernels {
   }
 };
 
-/// The kernels of `device`; throws Error when spattn was built without that device's backend.
-std::unique_ptr<BlockKernels> make_block_kernels(const Device& device);
+/// "" when `kernel` can compute attention on `device` for inputs of `dtype` and `head_dim`;
+/// otherwise why not, naming the choice and what is allowed: own and cudnn are CUDA kernels (the
+/// CPU takes only automatic), and own runs only where spattn's own Hopper forward does. Plans
+/// ask this on every rank before their first transfer.
+std::string block_kernels_unsupported(const Device& device, KernelChoice kernel, DType dtype, int64_t head_dim);
+
+/// The kernels of `device`, of `kernel`'s choice on CUDA (see CudaBlockKernels); throws Error
+/// when spattn was built without that device's backend, or for a choice other than automatic on
+/// the CPU.
+std::unique_ptr<BlockKernels> make_block_kernels(const Device& device,
+                                                 KernelChoice kernel = KernelChoice::automatic);
 
 /// The CPU implementation (multi-threaded with OpenMP, tile products through BLAS).
 std::unique_ptr<BlockKernels> make_cpu_block_kernels();

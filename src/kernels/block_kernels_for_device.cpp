@@ -3,19 +3,56 @@
 
 #ifdef SPATTN_WITH_CUDA
 #include "kernels/cuda/cuda_block_kernels.hpp"
+#include "kernels/hopper/hopper_forward.hpp"
 #endif
 
 namespace spattn {
+namespace {
 
-std::unique_ptr<BlockKernels> make_block_kernels(const Device& device) {
 #ifdef SPATTN_WITH_CUDA
-  if (device.kind == DeviceKind::cuda) return cuda::make_cuda_block_kernels(device);
-  constexpr const char* built_in = "cpu, cuda";
+constexpr bool kCudaBuiltIn = true;
+constexpr const char* kBuiltInDevices = "cpu, cuda";
 #else
-  constexpr const char* built_in = "cpu";
+constexpr bool kCudaBuiltIn = false;
+constexpr const char* kBuiltInDevices = "cpu";
 #endif
-  SPATTN_CHECK(device.kind == DeviceKind::cpu,
-               "no kernels for device " << device_name(device) << " in this build; built in: " << built_in);
+
+// Why `kernel` cannot run on `device` whatever the call, or "": this build has no kernels for
+// the device, or the choice names CUDA kernels (only a CUDA device has a choice of kernels).
+std::string unsupported_whatever_the_call(const Device& device, KernelChoice kernel) {
+  const bool device_built_in = device.kind == DeviceKind::cpu || (kCudaBuiltIn && device.kind == DeviceKind::cuda);
+  if (!device_built_in)
+    return "no kernels for device " + device_name(device) + " in this build; built in: " + kBuiltInDevices;
+  if (kernel == KernelChoice::automatic || device.kind == DeviceKind::cuda) return "";
+  const char* kernels = kernel == KernelChoice::own ? "spattn's own Hopper kernels" : "cuDNN's fused attention";
+  return "kernel " + kernel_choice_name(kernel) + " names CUDA kernels (" + kernels + ") and cannot run on " +
+         device_name(device) + "; allowed there: auto";
+}
+
+}  // namespace
+
+std::string block_kernels_unsupported(const Device& device, KernelChoice kernel, [[maybe_unused]] DType dtype,
+                                      [[maybe_unused]] int64_t head_dim) {
+  const std::string reason = unsupported_whatever_the_call(device, kernel);
+#ifdef SPATTN_WITH_CUDA
+  if (reason.empty() && kernel == KernelChoice::own) {
+    const std::string own_reason = cuda::hopper_forward_unsupported(device, dtype, head_dim);
+    if (!own_reason.empty()) {
+      return "kernel own cannot run " + dtype_name(dtype) + " attention of head dim " + std::to_string(head_dim) +
+             " on " + device_name(device) + ": " + own_reason +
+             "; allowed there: auto (cuDNN where the own kernels cannot run) or cudnn";
+    }
+  }
+#endif
+  return reason;
+}
+
+std::unique_ptr<BlockKernels> make_block_kernels(const Device& device, KernelChoice kernel) {
+  const std::string reason = unsupported_whatever_the_call(device, kernel);
+  SPATTN_CHECK(reason.empty(), reason);
+#ifdef SPATTN_WITH_CUDA
+  if (device.kind == DeviceKind::cuda) return cuda::make_cuda_block_kernels(device, kernel);
+#endif
   return make_cpu_block_kernels();
 }
 

@@ -55,7 +55,7 @@ class AllGatherStrategy final : public Strategy {
         shape(call_shape),
         options(call_options),
         sequence_layout(agreed_layout(caller_error)),
-        kernels(make_block_kernels(communicator.device())),
+        kernels(make_block_kernels(communicator.device(), call_options.kernel)),
         mask(AttentionMask::from_options(call_options)),
         scale(resolved_scale(call_shape, call_options)),
         rank(communicator.rank()),
@@ -134,7 +134,7 @@ class AllGatherStrategy final : public Strategy {
  private:
   SequenceLayout agreed_layout(const std::string& caller_error) {
     const std::string error =
-        first_error({caller_error, shape_and_options_error(shape, options),
+        first_error({caller_error, shape_and_options_error(shape, options, comm.device()),
                      SequenceLayout::split_error(LayoutKind::zigzag, shape.seq, comm.size())});
     agree_on_call(comm, error, call_signature(kAllGatherStrategyId, shape, options));
     return SequenceLayout(LayoutKind::zigzag, shape.seq, comm.size());

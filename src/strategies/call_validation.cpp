@@ -4,9 +4,12 @@
 #include <cstring>
 #include <sstream>
 
+#include "kernels/block_kernels.hpp"
+
 namespace spattn {
 
-std::string shape_and_options_error(const AttentionShape& shape, const AttentionOptions& options) {
+std::string shape_and_options_error(const AttentionShape& shape, const AttentionOptions& options,
+                                    const Device& device) {
   std::ostringstream error;
   if (shape.batch < 1) error << "batch must be at least 1, got " << shape.batch;
   else if (shape.seq < 1) error << "sequence length must be at least 1, got " << shape.seq;
@@ -22,6 +25,8 @@ std::string shape_and_options_error(const AttentionShape& shape, const Attention
           << ") is not allowed; each side is >= 0, or -1 for unbounded";
   else if (options.softmax_scale && !(std::isfinite(*options.softmax_scale) && *options.softmax_scale > 0))
     error << "softmax scale " << *options.softmax_scale << " is not allowed; it must be finite and > 0";
+  else
+    error << block_kernels_unsupported(device, options.kernel, shape.dtype, shape.head_dim);
   return error.str();
 }
 
@@ -101,7 +106,8 @@ std::vector<int64_t> call_signature(int64_t strategy_id, const AttentionShape& s
   return {strategy_id,         shape.batch,         shape.seq,
           shape.heads,         shape.kv_heads,      shape.head_dim,
           static_cast<int64_t>(shape.dtype), options.causal ? 1 : 0, options.window_left,
-          options.window_right, options.softmax_scale ? 1 : 0, scale_bits};
+          options.window_right, options.softmax_scale ? 1 : 0, scale_bits,
+          static_cast<int64_t>(options.kernel)};
 }
 
 float resolved_scale(const AttentionShape& shape, const AttentionOptions& options) {

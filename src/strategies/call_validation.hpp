@@ -15,8 +15,10 @@
 
 namespace spattn {
 
-/// Sizes, head counts, head dim, window and scale.
-std::string shape_and_options_error(const AttentionShape& shape, const AttentionOptions& options);
+/// Sizes, head counts, head dim, window, scale, and whether the chosen block kernels run such a
+/// call on `device` (block_kernels_unsupported).
+std::string shape_and_options_error(const AttentionShape& shape, const AttentionOptions& options,
+                                    const Device& device);
 
 /// One tensor argument against its expected shape, dtype and device.
 std::string tensor_error(const char* name, const TensorView& tensor, std::initializer_list<int64_t> expected_shape,

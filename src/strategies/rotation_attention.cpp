@@ -53,7 +53,7 @@ class RotationStrategy final : public Strategy {
         strategy(kind.strategy_id),
         sequence_layout(agreed_layout(kind, caller_error)),
         schedule(kind.cycles(), communicator.size()),
-        kernels(make_block_kernels(communicator.device())),
+        kernels(make_block_kernels(communicator.device(), call_options.kernel)),
         mask(AttentionMask::from_options(call_options)),
         scale(resolved_scale(call_shape, call_options)),
         rank(communicator.rank()),
@@ -162,7 +162,7 @@ class RotationStrategy final : public Strategy {
   // Validates the plan's arguments and agrees on them with every rank before building anything.
   SequenceLayout agreed_layout(const RotationKind& kind, const std::string& caller_error) {
     const std::string error =
-        first_error({caller_error, shape_and_options_error(shape, options), kind.schedule_error,
+        first_error({caller_error, shape_and_options_error(shape, options, comm.device()), kind.schedule_error,
                      slot_split_error(kind.layout, shape.seq, comm.size(), kind.slots)});
     agree_on_call(comm, error, call_signature(strategy, shape, options));
     return SequenceLayout(kind.layout, shape.seq, comm.size());

@@ -170,7 +170,7 @@ class UlyssesStrategy final : public Strategy {
         shape(call_shape),
         signature(std::move(signature)),
         sequence_layout(std::move(layout)),
-        kernels(make_block_kernels(every_rank.device())),
+        kernels(make_block_kernels(every_rank.device(), call_options.kernel)),
         mask(AttentionMask::from_options(call_options)),
         scale(resolved_scale(call_shape, call_options)),
         rank(comm.rank()),
@@ -570,7 +570,7 @@ std::unique_ptr<Strategy> make_ulysses_strategy(Communicator& communicator, cons
   const int ranks = communicator.size();
   const std::vector<int64_t> signature = call_signature(kUlyssesId, shape, options);
   agree_on_call(communicator,
-                first_error({caller_error, shape_and_options_error(shape, options),
+                first_error({caller_error, shape_and_options_error(shape, options, communicator.device()),
                              SequenceLayout::split_error(LayoutKind::contiguous, shape.seq, ranks),
                              heads_split_error(shape, ranks)}),
                 signature);
@@ -585,7 +585,7 @@ std::unique_ptr<Strategy> make_usp_strategy(Communicator& communicator, int inne
   const int ranks = communicator.size();
   const int ranks_per_group = resolved_inner(ranks, inner, shape);
   const int groups = ranks_per_group >= 1 && ranks % ranks_per_group == 0 ? ranks / ranks_per_group : 1;
-  std::string error = first_error({caller_error, shape_and_options_error(shape, options),
+  std::string error = first_error({caller_error, shape_and_options_error(shape, options, communicator.device()),
                                    inner_error(ranks, ranks_per_group, shape)});
   if (error.empty() && !is_single_level_rotation(across_algorithm))
     error = "usp runs ring, zigzag or hamilton across its groups, not '" + algorithm_name(across_algorithm) + "'";

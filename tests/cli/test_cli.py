@@ -152,6 +152,36 @@ class ExitStatus(unittest.TestCase):
         self.assertIn('"kernel_backends": ["cpu"', result.stdout)
         self.assertIn('"devices": ["cpu"', result.stdout)
 
+    def test_info_lists_the_block_kernels_and_what_each_supports(self):
+        info = json.loads(spattn(1, "info", "--json").stdout.strip().splitlines()[-1])
+        names = [kernels["name"] for kernels in info["block_kernels"]]
+        self.assertEqual(names[0], "cpu")
+        self.assertIn("head dim 1 to 256", info["block_kernels"][0]["supports"])
+        if any(backend.startswith("cuda") for backend in info["kernel_backends"]):
+            self.assertEqual(names[1:], ["own (Hopper sm_90)", "cudnn"])
+            self.assertIn("backward: cuDNN", info["block_kernels"][1]["supports"])
+        text = spattn(1, "info").stdout
+        self.assertIn("block kernels:   cpu: fp32, fp16, bf16", text)
+
+    def test_kernel_names_are_checked_and_the_cpu_takes_only_auto(self):
+        result = spattn(1, "run", "--kernel", "fastest")
+        self.assertEqual(result.returncode, 2)
+        self.assertIn("--kernel: unknown kernel 'fastest'; allowed: auto, own, cudnn", result.stderr)
+        for kernel in ("own", "cudnn"):
+            result = spattn(1, "run", "--device", "cpu", "--kernel", kernel)
+            self.assertEqual(result.returncode, 2)
+            self.assertIn("--kernel %s with --device cpu: kernel %s names CUDA kernels" % (kernel, kernel),
+                          result.stderr)
+            self.assertIn("allowed there: auto", result.stderr)
+        result = spattn(2, "run", "--kernel", "auto", "--seq", "64", "--heads", "2", "--head-dim", "8", "--json")
+        self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+        self.assertIn('"kernel": "auto"', result.stdout.strip().splitlines()[-1])
+
+    def test_help_documents_the_kernel_choice(self):
+        result = spattn(1, "help")
+        self.assertEqual(result.returncode, 0)
+        self.assertIn("--kernel NAME", result.stdout)
+
 
 class FaultyRank(unittest.TestCase):
     """SPATTN_FAULT kills or stalls rank 1 at its first transfer: every other rank prints that it

@@ -149,6 +149,32 @@ TEST(BadInput, TwoLevelNodesMustDivideTheRanks) {
   }
 }
 
+TEST(BadInput, CudaKernelChoicesOnTheCpuAreRefusedByEveryStrategy) {
+  const int ranks = world().size();
+  for (KernelChoice kernel : {KernelChoice::own, KernelChoice::cudnn}) {
+    AttentionOptions options;
+    options.kernel = kernel;
+    for (Algorithm algorithm : all_algorithms()) {
+      SCOPED_TRACE(algorithm_name(algorithm) + ", kernel " + kernel_choice_name(kernel));
+      const std::string error = plan_error(algorithm, AttentionShape{1, 24 * ranks, 2, 2, 16, DType::f32}, options);
+      EXPECT_THAT(error, HasSubstr("kernel " + kernel_choice_name(kernel) + " names CUDA kernels"));
+      EXPECT_THAT(error, HasSubstr("cannot run on cpu; allowed there: auto"));
+    }
+  }
+}
+
+TEST(BadInput, OneRankChoosingAnotherKernelFailsEveryRank) {
+  const int odd_rank = world().size() - 1;
+  Shard shard(4, 2, 2, 16);
+  AttentionOptions options;
+  if (world().rank() == odd_rank) options.kernel = KernelChoice::own;
+  const std::string error = error_of([&] { shard.zigzag_forward(options); });
+  EXPECT_THAT(error, HasSubstr("kernel own names CUDA kernels"));
+  if (world().rank() != odd_rank) {
+    EXPECT_THAT(error, HasSubstr("rank " + std::to_string(odd_rank) + " rejected the call"));
+  }
+}
+
 TEST(BadInput, TheWorldStillWorksAfterwards) {
   // After every refusal above the ranks are still in step: a valid call succeeds.
   Shard shard(4, 2, 2, 16);

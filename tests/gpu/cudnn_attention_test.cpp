@@ -222,7 +222,9 @@ class CudnnBlockKernels : public CudaKernelTest {
   void SetUp() override {
     CudaKernelTest::SetUp();
     if (IsSkipped()) return;
-    kernels_ = std::make_unique<cuda::CudaBlockKernels>(Device{DeviceKind::cuda, 0}, gpu_->stream());
+    // The cuDNN path by name: automatic would send forward blocks to the own kernel on sm_90.
+    kernels_ = std::make_unique<cuda::CudaBlockKernels>(Device{DeviceKind::cuda, 0}, gpu_->stream(),
+                                                        KernelChoice::cudnn);
   }
 
   /// Forward and backward of `c` on the GPU and the CPU, both compared with the fp64 reference.
@@ -451,9 +453,12 @@ TEST_F(CudnnBlockKernels, Fp32InputsAreRefusedClearly) {
 }
 
 TEST_F(CudnnBlockKernels, MakeBlockKernelsGivesTheCudaKernels) {
-  const auto kernels = make_block_kernels(Device{DeviceKind::cuda, 0});
-  EXPECT_NE(dynamic_cast<cuda::CudaBlockKernels*>(kernels.get()), nullptr);
-  EXPECT_EQ(kernels->device(), (Device{DeviceKind::cuda, 0}));
+  for (KernelChoice kernel : {KernelChoice::automatic, KernelChoice::own, KernelChoice::cudnn}) {
+    SCOPED_TRACE("kernel " + kernel_choice_name(kernel));
+    const auto kernels = make_block_kernels(Device{DeviceKind::cuda, 0}, kernel);
+    EXPECT_NE(dynamic_cast<cuda::CudaBlockKernels*>(kernels.get()), nullptr);
+    EXPECT_EQ(kernels->device(), (Device{DeviceKind::cuda, 0}));
+  }
 }
 
 }  // namespace

@@ -50,14 +50,14 @@ void check_segment(const KvSegment& segment, const TensorView& q, const Device& 
 
 }  // namespace
 
-CudaBlockKernels::CudaBlockKernels(const Device& device)
-    : elementwise_(device), attention_(device, elementwise_.stream()) {
+CudaBlockKernels::CudaBlockKernels(const Device& device, KernelChoice kernel)
+    : kernel_(kernel), elementwise_(device), attention_(device, elementwise_.stream()) {
   CurrentDeviceGuard guard(device.index);
   SPATTN_CUDA_CHECK(cudaEventCreateWithFlags(&stream_switch_, cudaEventDisableTiming));
 }
 
-CudaBlockKernels::CudaBlockKernels(const Device& device, cudaStream_t stream)
-    : elementwise_(device, stream), attention_(device, stream) {
+CudaBlockKernels::CudaBlockKernels(const Device& device, cudaStream_t stream, KernelChoice kernel)
+    : kernel_(kernel), elementwise_(device, stream), attention_(device, stream) {
   CurrentDeviceGuard guard(device.index);
   SPATTN_CUDA_CHECK(cudaEventCreateWithFlags(&stream_switch_, cudaEventDisableTiming));
 }
@@ -106,11 +106,19 @@ void CudaBlockKernels::forward(const ForwardBlock& block) {
   check_query_side(block.q, block.out, "out", block.lse, device);
   SPATTN_CHECK(block.out.dtype == DType::f32, "out " << block.out.describe() << " must be fp32");
   for (const KvSegment& segment : block.segments) check_segment(segment, block.q, device);
-  if (hopper_forward_unsupported(block).empty()) {
-    hopper_forward(block, stream());
-    return;
+  if (kernel_ != KernelChoice::cudnn) {
+    const std::string own_unsupported = hopper_forward_unsupported(block);
+    if (own_unsupported.empty()) {
+      hopper_forward(block, stream());  // on the block's device, which it makes current
+      return;
+    }
+    SPATTN_CHECK(kernel_ == KernelChoice::automatic, "kernel own cannot run this block: " << own_unsupported);
   }
+  cudnn_forward(block);
+}
 
+void CudaBlockKernels::cudnn_forward(const ForwardBlock& block) {
+  const Device device = elementwise_.device();
   const TensorView& q = block.q;
   std::vector<SegmentPiece>& pieces = forward_pieces_;
   pieces.clear();
@@ -228,8 +236,8 @@ void* CudaBlockKernels::allocate(std::size_t bytes) { return elementwise_.alloca
 
 void CudaBlockKernels::deallocate(void* pointer) { elementwise_.deallocate(pointer); }
 
-std::unique_ptr<BlockKernels> make_cuda_block_kernels(const Device& device) {
-  return std::make_unique<CudaBlockKernels>(device);
+std::unique_ptr<BlockKernels> make_cuda_block_kernels(const Device& device, KernelChoice kernel) {
+  return std::make_unique<CudaBlockKernels>(device, kernel);
 }
 
 }  // namespace spattn::cuda

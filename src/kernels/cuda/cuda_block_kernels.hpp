@@ -1,7 +1,10 @@
 #pragma once
-// The CUDA BlockKernels: attention blocks through cuDNN's fused attention (CudnnAttention, one
-// call per piece of every (query block, key segment) pair), merged and accumulated by the
-// element-wise kernels, all on one stream. Takes bf16 or fp16 q, k, v (cuDNN has no fp32 path).
+// The CUDA BlockKernels, all on one stream, of the user's KernelChoice: the forward through
+// spattn's own Hopper kernel (hopper_forward, one launch per block that merges into the running
+// result itself) where it runs the block, or through cuDNN's fused attention (CudnnAttention, one
+// call per piece of every (query block, key segment) pair, merged by the element-wise kernels);
+// the backward through cuDNN for every choice. Takes bf16 or fp16 q, k, v (neither has an fp32
+// path).
 
 #include <cuda_runtime_api.h>
 
@@ -17,24 +20,27 @@ namespace spattn::cuda {
 
 class CudaBlockKernels final : public BlockKernels {
  public:
-  /// On `device` in a non-blocking stream of its own.
-  explicit CudaBlockKernels(const Device& device);
+  /// On `device` in a non-blocking stream of its own, forward blocks through `kernel`'s choice.
+  explicit CudaBlockKernels(const Device& device, KernelChoice kernel = KernelChoice::automatic);
   /// On `device` in the caller's `stream` (see CudaElementwiseKernels).
-  CudaBlockKernels(const Device& device, cudaStream_t stream);
+  CudaBlockKernels(const Device& device, cudaStream_t stream, KernelChoice kernel = KernelChoice::automatic);
   ~CudaBlockKernels() override;
 
   Device device() const override { return elementwise_.device(); }
   bool backward_reads_output() const override { return true; }
   cudaStream_t stream() const { return elementwise_.stream(); }
 
-  /// For every segment, every piece (plan_cudnn_pieces): cuDNN forward into a workspace (input
-  /// dtype out, fp32 lse), merged into block.out / block.lse: into their running result with
-  /// accumulate; else the first piece writes them when it covers every row, or they start at
-  /// out 0, lse -inf.
+  /// With KernelChoice::cudnn, and with automatic where hopper_forward_unsupported(block) says
+  /// why the own kernel cannot run it: for every segment, every piece (plan_cudnn_pieces), cuDNN
+  /// forward into a workspace (input dtype out, fp32 lse), merged into block.out / block.lse:
+  /// into their running result with accumulate; else the first piece writes them when it covers
+  /// every row, or they start at out 0, lse -inf. Otherwise hopper_forward(block), or with own an
+  /// Error naming why it cannot run the block.
   void forward(const ForwardBlock& block) override;
-  /// For every segment, every piece: cuDNN backward with the final lse (block.lse) and final
-  /// output (block.out, required here), gradients in the input dtype in workspaces, added into
-  /// block.dq and the segment's dk, dv. block.delta is not read (cuDNN recomputes it from out).
+  /// Through cuDNN whatever the KernelChoice (the own backward is still to come): for every
+  /// segment, every piece, cuDNN backward with the final lse (block.lse) and final output
+  /// (block.out, required here), gradients in the input dtype in workspaces, added into block.dq
+  /// and the segment's dk, dv. block.delta is not read (cuDNN recomputes it from out).
   void backward(const BackwardBlock& block) override;
 
   void merge(const TensorView& partial_out, const TensorView& partial_lse, TensorView running_out,
@@ -67,7 +73,10 @@ class CudaBlockKernels final : public BlockKernels {
     const KvSegment* segment;
     CudnnPiece piece;
   };
+  /// forward() through cuDNN, after the argument checks.
+  void cudnn_forward(const ForwardBlock& block);
 
+  const KernelChoice kernel_;
   CudaElementwiseKernels elementwise_;
   cudaEvent_t stream_switch_ = nullptr;  // orders a new stream after the previous one
   CudnnAttention attention_;
@@ -80,7 +89,7 @@ class CudaBlockKernels final : public BlockKernels {
   std::vector<SegmentPiece> forward_pieces_;  // reused by every forward call: no host allocation per block
 };
 
-/// The CUDA kernels of `device` (Device{cuda, i}) on a stream of their own.
-std::unique_ptr<BlockKernels> make_cuda_block_kernels(const Device& device);
+/// The CUDA kernels of `device` (Device{cuda, i}) of `kernel`'s choice, on a stream of their own.
+std::unique_ptr<BlockKernels> make_cuda_block_kernels(const Device& device, KernelChoice kernel);
 
 }  // namespace spattn::cuda

@@ -48,6 +48,7 @@ TEST(CliOptionsTest, RunHasTheDocumentedDefaults) {
   EXPECT_EQ(options.threads, 0);
   EXPECT_EQ(options.nodes, 1);
   EXPECT_EQ(options.inner, 0);
+  EXPECT_EQ(options.kernel, KernelChoice::automatic);
 }
 
 TEST(CliOptionsTest, KvHeadsFollowsHeadsUnlessGiven) {
@@ -101,6 +102,7 @@ TEST(CliOptionsTest, EveryValuedOptionWorksInBothForms) {
       {"--nodes", "2", [](const RunOptions& o) { EXPECT_EQ(o.nodes, 2); }},
       {"--inner", "4", [](const RunOptions& o) { EXPECT_EQ(o.inner, 4); }},
       {"--across", "hamilton", [](const RunOptions& o) { EXPECT_EQ(o.across, "hamilton"); }},
+      {"--kernel", "auto", [](const RunOptions& o) { EXPECT_EQ(o.kernel, KernelChoice::automatic); }},
   };
   for (const ValuedOption& option : cases) {
     SCOPED_TRACE(option.name + " " + option.value);
@@ -174,6 +176,19 @@ TEST(CliOptionsTest, BadWindowsScalesDtypesAndDirectories) {
   EXPECT_THAT(usage_error({"run", "--outputs="}), HasSubstr("--outputs expects a directory, got ''"));
 }
 
+TEST(CliOptionsTest, KernelChoosesTheCudaKernels) {
+  EXPECT_EQ(parse_run({"--device", "cuda", "--kernel", "own"}).kernel, KernelChoice::own);
+  EXPECT_EQ(parse_run({"--kernel=cudnn", "--device=cuda"}).kernel, KernelChoice::cudnn);
+  EXPECT_EQ(usage_error({"run", "--kernel", "fast"}),
+            "spattn: --kernel: unknown kernel 'fast'; allowed: auto, own, cudnn");
+  EXPECT_EQ(usage_error({"run", "--kernel", "own"}),
+            "spattn: --kernel own with --device cpu: kernel own names CUDA kernels (spattn's own Hopper kernels) "
+            "and cannot run on cpu; allowed there: auto");
+  EXPECT_THAT(usage_error({"run", "--device", "cpu", "--kernel", "cudnn"}),
+              HasSubstr("--kernel cudnn with --device cpu: kernel cudnn names CUDA kernels"));
+  EXPECT_EQ(exit_status([] { parse({"run", "--kernel", "own"}); }), 2);
+}
+
 TEST(CliOptionsTest, UnknownAlgorithmListsTheAllowedOnes) {
   EXPECT_EQ(usage_error({"run", "--algo", "spiral"}),
             "spattn: unknown --algo 'spiral'; allowed: ring, zigzag, ulysses, hamilton, hamilton2, allgather, usp");
@@ -227,7 +242,7 @@ TEST(CliOptionsTest, UsageTextDocumentsEveryOption) {
   for (const char* option :
        {"--algo NAME", "--causal", "--batch B", "--seq S", "--heads H", "--kv-heads HK", "--head-dim D", "--dtype T",
         "--window L,R", "--scale X", "--backward", "--check", "--inputs DIR", "--outputs DIR", "--iters N",
-        "--warmup N", "--seed N", "--json", "--profile-steps", "--threads N", "--nodes U", "--inner N1", "--across NAME", "--help"}) {
+        "--warmup N", "--seed N", "--json", "--profile-steps", "--threads N", "--nodes U", "--inner N1", "--across NAME", "--kernel NAME", "--help"}) {
     EXPECT_THAT(text, HasSubstr(option));
   }
   EXPECT_THAT(text, AllOf(HasSubstr("usage: spattn <command> [options]"), HasSubstr("ring, zigzag, ulysses, hamilton, hamilton2, allgather, usp (default zigzag)"),

@@ -1,0 +1,60 @@
+// What each KernelChoice may run on, without a GPU: the CPU's one set of kernels takes only
+// automatic, the kernels refuse the rest as block_kernels_unsupported words it, and plans
+// validate and agree on the choice like any other option.
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "kernels/block_kernels.hpp"
+#include "spattn/error.hpp"
+#include "strategies/call_validation.hpp"
+
+namespace spattn {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+TEST(KernelChoiceRules, TheCpuTakesOnlyAutomatic) {
+  EXPECT_EQ(block_kernels_unsupported(Device::cpu(), KernelChoice::automatic, DType::f32, 64), "");
+  EXPECT_EQ(block_kernels_unsupported(Device::cpu(), KernelChoice::own, DType::bf16, 128),
+            "kernel own names CUDA kernels (spattn's own Hopper kernels) and cannot run on cpu; allowed there: auto");
+  EXPECT_EQ(block_kernels_unsupported(Device::cpu(), KernelChoice::cudnn, DType::f16, 64),
+            "kernel cudnn names CUDA kernels (cuDNN's fused attention) and cannot run on cpu; allowed there: auto");
+}
+
+TEST(KernelChoiceRules, MakeBlockKernelsRefusesWhatTheRuleRefuses) {
+  EXPECT_EQ(make_block_kernels(Device::cpu(), KernelChoice::automatic)->device(), Device::cpu());
+  for (KernelChoice kernel : {KernelChoice::own, KernelChoice::cudnn}) {
+    SCOPED_TRACE(kernel_choice_name(kernel));
+    try {
+      make_block_kernels(Device::cpu(), kernel);
+      FAIL() << "accepted";
+    } catch (const Error& error) {
+      EXPECT_EQ(std::string(error.what()),
+                "spattn: " + block_kernels_unsupported(Device::cpu(), kernel, DType::f32, 64));
+    }
+  }
+}
+
+TEST(KernelChoiceRules, PlanValidationNamesTheChoiceAndWhatIsAllowed) {
+  const AttentionShape shape{1, 64, 4, 2, 32, DType::f32};
+  AttentionOptions options;
+  EXPECT_EQ(shape_and_options_error(shape, options, Device::cpu()), "");
+  options.kernel = KernelChoice::own;
+  EXPECT_THAT(shape_and_options_error(shape, options, Device::cpu()),
+              AllOf(HasSubstr("kernel own"), HasSubstr("cannot run on cpu"), HasSubstr("allowed there: auto")));
+}
+
+TEST(KernelChoiceRules, RanksOfDifferentChoicesDisagree) {
+  const AttentionShape shape{1, 64, 4, 2, 32, DType::bf16};
+  AttentionOptions automatic, own, cudnn;
+  own.kernel = KernelChoice::own;
+  cudnn.kernel = KernelChoice::cudnn;
+  EXPECT_NE(call_signature(0, shape, automatic), call_signature(0, shape, own));
+  EXPECT_NE(call_signature(0, shape, automatic), call_signature(0, shape, cudnn));
+  EXPECT_NE(call_signature(0, shape, own), call_signature(0, shape, cudnn));
+}
+
+}  // namespace
+}  // namespace spattn
