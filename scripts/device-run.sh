@@ -5,21 +5,27 @@
 #   gpu-tests    spattn_gpu_tests (the CUDA kernels against the CPU kernels)
 #   memcheck     the same under compute-sanitizer --tool memcheck (skipped where it is missing)
 #   racecheck    the same under compute-sanitizer --tool racecheck (shared-memory hazards)
+#   synccheck    the own kernels' tests under compute-sanitizer --tool synccheck (barrier misuse)
 #   ctest        the whole CTest suite: CPU unit tests, mpirun tests at 1..8 ranks, GPU tests
 #                (SPATTN_CTEST_REGEX, when set, runs only the tests it matches)
 #   sweep        `spattn run --device cuda --check --backward` for every strategy, causal and not,
 #                at SPATTN_SWEEP_RANKS ranks (default 1 2 3 8) over the machine's GPUs
+#   forward-sweep  the same without --backward (out and lse only), for each --kernel in
+#                SPATTN_SWEEP_KERNELS (default own cudnn): forward-sweep-KERNEL.log
 #   faults       StalledRankOnGpus and PlanMemoryOnGpus at one rank per GPU, then `spattn run` over
 #                NCCL with a rank killed or stalled (SPATTN_FAULT) for three strategies (faults.log)
 #   python-gpu   SPATTN_CUDA=ON pip install . and pytest tests/python_gpu under torchrun at 1 and
 #                every GPU, then bench/python_call_overhead.py at each (python-build.log,
 #                python-gpu-N.log, python-overhead.log)
 #   bench        spattn_gpu_bench on every GPU (bench.csv, bench.log; SPATTN_BENCH_ARGS adds options)
+#   kernel-bench one attention forward on one GPU by kernel: spattn_kernel_bench (own, cudnn) and
+#                bench/kernel_sdpa.py (PyTorch SDPA flash, cudnn) into kernel-bench.csv, drawn into
+#                kernel-bench.md and .png (SPATTN_KERNEL_BENCH_ARGS: options both take, e.g. --seqs)
 #   torch-bench  PyTorch's context_parallel on every GPU into the same bench.csv (torch.log;
 #                TORCH_BENCH_ARGS adds options, '|' between the option sets of separate runs);
 #                bench.md and bench.png then plot both
-# SPATTN_DEVICE_STAGES picks the stages after the build (default: gpu-tests memcheck racecheck ctest
-# sweep).
+# SPATTN_DEVICE_STAGES picks the stages after the build (default: gpu-tests memcheck racecheck
+# synccheck ctest sweep).
 # A failing stage does not stop the later ones; the exit status is non-zero when any failed.
 # Logs go to $OUT (the device tool brings them back), or to build-device/logs when OUT is unset:
 # environment.log, build.log, gpu-tests.log, memcheck.log, racecheck.log, ctest.log,
@@ -88,7 +94,7 @@ summary="$logs/summary.txt"
 jobs="$(nproc)"
 budget_s="${SPATTN_DEVICE_BUDGET_S:-570}"
 any_failed=0
-stages=" ${SPATTN_DEVICE_STAGES:-gpu-tests memcheck racecheck ctest sweep} "
+stages=" ${SPATTN_DEVICE_STAGES:-gpu-tests memcheck racecheck synccheck ctest sweep} "
 wants() { [[ "$stages" == *" $1 "* ]]; }
 
 # mpirun refuses root unless told; the GPU machines run commands as root. NVLink multicast stays
@@ -282,6 +288,9 @@ sanitize memcheck --leak-check full --report-api-errors no
 # ours to fix and take long under racecheck (SPATTN_RACECHECK_FILTER, a --gtest_filter, widens it).
 sanitize racecheck --racecheck-report hazard --report-api-errors no \
   --gtest_filter="${SPATTN_RACECHECK_FILTER:--Cudnn*}"
+# Barriers (named barriers, mbarriers) used by the wrong threads or in divergent code: the own
+# kernels are the ones with warp-specialized barriers.
+sanitize synccheck --report-api-errors no --gtest_filter="${SPATTN_SYNCCHECK_FILTER:-Hopper*}"
 
 # ---- ctest ---------------------------------------------------------------------------------------------
 if ! wants ctest; then
@@ -324,6 +333,27 @@ elif ((built)); then
   fi
 else
   record sweep skipped "no build"
+fi
+
+# ---- forward-sweep ------------------------------------------------------------------------------------
+if ! wants forward-sweep; then
+  :
+elif ((built)); then
+  for kernel in ${SPATTN_SWEEP_KERNELS:-own cudnn}; do
+    SPATTN_BIN="$build_dir/spattn" SPATTN_SWEEP_RANKS="${SPATTN_SWEEP_RANKS:-1 2 3 8}" SPATTN_SWEEP_PASS=forward \
+      timeout "$(seconds_left)" bash "$root/scripts/check-sweep.sh" --device cuda --kernel "$kernel" \
+      >"$logs/forward-sweep-$kernel.log" 2>&1
+    status=$?
+    runs="$(grep -cE ' (pass|fail)$' "$logs/forward-sweep-$kernel.log")"
+    failures="$(grep -cE ' fail$' "$logs/forward-sweep-$kernel.log")"
+    if [[ $status -eq 0 && $failures -eq 0 ]]; then
+      record forward-sweep passed "--kernel $kernel: $runs runs checked"
+    else
+      record forward-sweep failed "--kernel $kernel: exit $status; $failures of $runs runs failed: see forward-sweep-$kernel.log"
+    fi
+  done
+else
+  record forward-sweep skipped "no build"
 fi
 
 gpus="$(nvidia-smi --list-gpus 2>/dev/null | wc -l)"
@@ -428,6 +458,26 @@ if wants torch-bench; then
   done
   if [[ $status -eq 0 ]]; then record torch-bench passed "$(grep -c '^torch' "$logs/bench.csv") rows"
   else record torch-bench failed "torch_context_parallel.py exit $status: see torch.log"; fi
+fi
+# ---- kernel-bench -------------------------------------------------------------------------------------
+if ! wants kernel-bench; then
+  :
+elif ((built)); then
+  : >"$logs/kernel-bench.csv"
+  # shellcheck disable=SC2086  # the extra arguments are words
+  timeout "$(seconds_left)" "$build_dir/bench/spattn_kernel_bench" --csv "$logs/kernel-bench.csv" \
+    ${SPATTN_KERNEL_BENCH_ARGS:-} >"$logs/kernel-bench.log" 2>&1
+  status=$?
+  # shellcheck disable=SC2086
+  timeout "$(seconds_left)" python3 "$root/bench/kernel_sdpa.py" --csv "$logs/kernel-bench.csv" \
+    ${SPATTN_KERNEL_BENCH_ARGS:-} >>"$logs/kernel-bench.log" 2>&1 || status=$?
+  python3 "$root/bench/plot_kernel_results.py" "$logs/kernel-bench.csv" --out "$logs/kernel-bench.png" \
+    --markdown "$logs/kernel-bench.md" >>"$logs/kernel-bench.log" 2>&1 || status=$?
+  rows="$(($(wc -l <"$logs/kernel-bench.csv") - 1))"
+  if [[ $status -eq 0 ]]; then record kernel-bench passed "$rows rows"
+  else record kernel-bench failed "exit $status; $rows rows: see kernel-bench.log"; fi
+else
+  record kernel-bench skipped "no build"
 fi
 if [[ -s "$logs/bench.csv" ]]; then
   python3 "$root/bench/plot_results.py" "$logs/bench.csv" --out "$logs/bench.png" \

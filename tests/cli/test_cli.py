@@ -259,6 +259,30 @@ class CostModelComparison(unittest.TestCase):
             self.assertAlmostEqual(float(cells[9]), measured / predicted[algorithm], places=2)
 
 
+class KernelBenchTable(unittest.TestCase):
+    """bench/plot_kernel_results.py tabulates the kernel benchmark's CSV: one row per case, the
+    kernels' rates and the own kernel's ratios to cuDNN and to PyTorch's flash backend."""
+
+    def test_rates_and_ratios_per_case(self):
+        with tempfile.TemporaryDirectory() as directory:
+            path = os.path.join(directory, "kernel-bench.csv")
+            with open(path, "w") as f:
+                f.write("kernel,pass,causal,seq,head_dim,heads,kv_heads,dtype,ms,tflops\n")
+                f.write("own,forward,0,8192,128,32,32,bf16,1.7,640\n")
+                f.write("cudnn,forward,0,8192,128,32,32,bf16,1.8,620\n")
+                f.write("sdpa_flash,forward,0,8192,128,32,32,bf16,3.1,350\n")
+                f.write("own,forward,1,4096,64,32,32,bf16,0.8,360\n")
+            script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench",
+                                  "plot_kernel_results.py")
+            table = subprocess.run([sys.executable, script, path], capture_output=True, text=True, check=True).stdout
+        rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in table.splitlines()[2:]]
+        self.assertEqual(table.splitlines()[0].split("|")[1:-1],
+                         [" D ", " causal ", " S ", " own ", " cudnn ", " sdpa_flash ", " own/cudnn ",
+                          " own/sdpa_flash "], table)
+        self.assertEqual(rows, [["64", "yes", "4k", "360", "-", "-", "-", "-"],
+                                ["128", "no", "8k", "640", "620", "350", "1.03", "1.83"]], table)
+
+
 if __name__ == "__main__":
     SPATTN = sys.argv.pop(1)
     unittest.main(verbosity=2)

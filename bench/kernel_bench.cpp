@@ -1,0 +1,293 @@
+// One attention forward on one GPU, by kernel: spattn's own Hopper forward (`own`: the whole
+// sequence as one ForwardBlock, fp32 out and lse) against spattn's cuDNN path on the single piece
+// it cuts the same call into (`cudnn`: CudnnAttention, out in the input dtype). PyTorch's SDPA
+// backends append their rows to the same CSV (bench/kernel_sdpa.py); bench/plot_kernel_results.py
+// draws and tabulates them.
+//
+//   spattn_kernel_bench [--seqs 1024,2048,4096,8192,16384,32768] [--head-dims 64,128]
+//       [--causal both|yes|no] [--kernels own,cudnn] [--heads 32] [--kv-heads 32]
+//       [--dtype bf16|fp16] [--warmup 3] [--iters 10] [--repeats 5] [--csv PATH]
+//
+// Each case holds 16k x heads query rows or more (batch = max(1, 16384 / S)). Before timing, the
+// own kernel's out and lse are compared with cuDNN's on the same inputs (exit 1 beyond 2e-2 of
+// the largest |out|, or 1e-2 in lse): a benchmark of a wrong kernel is worthless. Time: the median
+// over --repeats of --iters back-to-back calls between two CUDA events, after --warmup calls,
+// alternating between two input sets so that small problems do not run from L2. FLOP by the
+// flash-attention convention: 4 B H S^2 D, half of it causal.
+//
+// CSV columns: kernel,pass,causal,seq,head_dim,heads,kv_heads,dtype,ms,tflops (causal 0 or 1).
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "bench_tensor.hpp"
+#include "kernels/cuda/cudnn_attention.hpp"
+#include "kernels/hopper/hopper_forward.hpp"
+#include "spattn/device_memory.hpp"
+#include "spattn/error.hpp"
+
+namespace spattn {
+namespace {
+
+struct KernelBenchOptions {
+  std::vector<int64_t> seqs = {1024, 2048, 4096, 8192, 16384, 32768};
+  std::vector<int64_t> head_dims = {64, 128};
+  std::vector<bool> causal = {false, true};
+  std::vector<std::string> kernels = {"own", "cudnn"};
+  int64_t heads = 32;
+  int64_t kv_heads = 32;
+  DType dtype = DType::bf16;
+  int warmup = 3;
+  int iterations = 10;
+  int repeats = 5;
+  std::string csv;
+};
+
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> items;
+  std::stringstream stream(text);
+  for (std::string item; std::getline(stream, item, ',');)
+    if (!item.empty()) items.push_back(item);
+  return items;
+}
+
+std::vector<int64_t> parse_counts(const std::string& flag, const std::string& text) {
+  std::vector<int64_t> counts;
+  for (const std::string& item : split_list(text)) {
+    char* end = nullptr;
+    const long long value = std::strtoll(item.c_str(), &end, 10);
+    SPATTN_CHECK(end && *end == '\0' && value > 0,
+                 flag << " expects positive integers separated by commas, got '" << text << "'");
+    counts.push_back(value);
+  }
+  SPATTN_CHECK(!counts.empty(), flag << " expects at least one value");
+  return counts;
+}
+
+KernelBenchOptions parse(int argc, char** argv) {
+  KernelBenchOptions options;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    const auto value = [&]() -> std::string {
+      SPATTN_CHECK(i + 1 < argc, "missing value after " << flag);
+      return argv[++i];
+    };
+    if (flag == "--seqs") {
+      options.seqs = parse_counts(flag, value());
+    } else if (flag == "--head-dims") {
+      options.head_dims = parse_counts(flag, value());
+    } else if (flag == "--causal") {
+      const std::string which = value();
+      SPATTN_CHECK(which == "both" || which == "yes" || which == "no",
+                   "--causal expects both, yes or no, got '" << which << "'");
+      options.causal = which == "both" ? std::vector<bool>{false, true} : std::vector<bool>{which == "yes"};
+    } else if (flag == "--kernels") {
+      options.kernels = split_list(value());
+      for (const std::string& kernel : options.kernels)
+        SPATTN_CHECK(kernel == "own" || kernel == "cudnn", "--kernels takes own and cudnn, got '" << kernel << "'");
+    } else if (flag == "--heads") {
+      options.heads = parse_counts(flag, value()).front();
+    } else if (flag == "--kv-heads") {
+      options.kv_heads = parse_counts(flag, value()).front();
+    } else if (flag == "--dtype") {
+      options.dtype = parse_dtype(value());
+      SPATTN_CHECK(options.dtype != DType::f32, "--dtype: the GPU kernels take bf16 or fp16");
+    } else if (flag == "--warmup") {
+      options.warmup = static_cast<int>(parse_counts(flag, value()).front());
+    } else if (flag == "--iters") {
+      options.iterations = static_cast<int>(parse_counts(flag, value()).front());
+    } else if (flag == "--repeats") {
+      options.repeats = static_cast<int>(parse_counts(flag, value()).front());
+    } else if (flag == "--csv") {
+      options.csv = value();
+    } else {
+      SPATTN_FAIL("unknown option '" << flag << "'; see the comment at the top of bench/kernel_bench.cpp");
+    }
+  }
+  SPATTN_CHECK(options.heads % options.kv_heads == 0,
+               "--heads " << options.heads << " must be a multiple of --kv-heads " << options.kv_heads);
+  return options;
+}
+
+#define BENCH_CUDA_CHECK(call)                                                                   \
+  do {                                                                                           \
+    const cudaError_t status = (call);                                                           \
+    SPATTN_CHECK(status == cudaSuccess, #call << " failed: " << cudaGetErrorString(status));      \
+  } while (false)
+
+/// Median milliseconds per call of `call(set)` (set alternating 0, 1) over `repeats` timings of
+/// `iterations` calls each, after `warmup` calls.
+double median_ms(const KernelBenchOptions& options, cudaStream_t stream, const std::function<void(int)>& call) {
+  for (int i = 0; i < options.warmup; ++i) call(i % 2);
+  cudaEvent_t start, stop;
+  BENCH_CUDA_CHECK(cudaEventCreate(&start));
+  BENCH_CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<double> times;
+  for (int repeat = 0; repeat < options.repeats; ++repeat) {
+    BENCH_CUDA_CHECK(cudaEventRecord(start, stream));
+    for (int i = 0; i < options.iterations; ++i) call(i % 2);
+    BENCH_CUDA_CHECK(cudaEventRecord(stop, stream));
+    BENCH_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    BENCH_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    times.push_back(ms / options.iterations);
+  }
+  BENCH_CUDA_CHECK(cudaEventDestroy(start));
+  BENCH_CUDA_CHECK(cudaEventDestroy(stop));
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+/// A device tensor read back as fp64 values.
+std::vector<double> download(const TensorView& tensor) {
+  std::vector<unsigned char> bytes(static_cast<std::size_t>(tensor.numel()) * dtype_size(tensor.dtype));
+  copy_bytes(tensor.data, tensor.device, bytes.data(), Device::cpu(), bytes.size());
+  std::vector<double> values(static_cast<std::size_t>(tensor.numel()));
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (tensor.dtype == DType::f32) {
+      float value;
+      std::memcpy(&value, bytes.data() + 4 * i, 4);
+      values[i] = value;
+    } else {
+      uint16_t bits;
+      std::memcpy(&bits, bytes.data() + 2 * i, 2);
+      values[i] = tensor.dtype == DType::bf16 ? bf16_to_float(bits) : fp16_to_float(bits);
+    }
+  }
+  return values;
+}
+
+struct Row {
+  std::string kernel;
+  bool causal;
+  int64_t seq, head_dim, batch;
+  double ms, tflops;
+};
+
+}  // namespace
+
+int run_kernel_bench(int argc, char** argv) {
+  const KernelBenchOptions options = parse(argc, argv);
+  const Device device{DeviceKind::cuda, 0};
+  BENCH_CUDA_CHECK(cudaSetDevice(0));
+  cudaStream_t stream;
+  BENCH_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cuda::CudnnAttention cudnn(device, stream);
+  std::vector<Row> rows;
+  bool wrong = false;
+
+  for (const int64_t head_dim : options.head_dims)
+    for (const bool causal : options.causal)
+      for (const int64_t seq : options.seqs) {
+        const int64_t batch = std::max<int64_t>(1, 16384 / seq);
+        const int64_t H = options.heads, HK = options.kv_heads, D = head_dim;
+        const AttentionMask mask{-1, causal ? 0 : -1};
+        const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+        std::vector<BenchTensor> q, k, v;
+        for (int set = 0; set < 2; ++set) {
+          q.emplace_back(device, options.dtype, std::initializer_list<int64_t>{batch, seq, H, D}, 10 * set + 1);
+          k.emplace_back(device, options.dtype, std::initializer_list<int64_t>{batch, seq, HK, D}, 10 * set + 2);
+          v.emplace_back(device, options.dtype, std::initializer_list<int64_t>{batch, seq, HK, D}, 10 * set + 3);
+        }
+        DeviceMemory own_out(device, static_cast<std::size_t>(batch * seq * H * D) * 4),
+            own_lse(device, static_cast<std::size_t>(batch * H * seq) * 4),
+            cudnn_out(device, static_cast<std::size_t>(batch * seq * H * D) * dtype_size(options.dtype)),
+            cudnn_lse(device, static_cast<std::size_t>(batch * H * seq) * 4);
+        const auto own_call = [&](int set) {
+          ForwardBlock block;
+          block.q = q[set].view();
+          block.segments = {KvSegment{k[set].view(), v[set].view(), 0}};
+          block.mask = mask;
+          block.scale = scale;
+          block.out = TensorView::contiguous(own_out.data(), DType::f32, {batch, seq, H, D}, device);
+          block.lse = TensorView::contiguous(own_lse.data(), DType::f32, {batch, H, seq}, device);
+          cuda::hopper_forward(block, stream);
+        };
+        const std::vector<cuda::CudnnPiece> pieces = cuda::plan_cudnn_pieces(seq, 0, seq, 0, mask);
+        SPATTN_CHECK(pieces.size() == 1, "cuDNN takes this call in " << pieces.size() << " pieces, not one");
+        const TensorView cudnn_out_view =
+            TensorView::contiguous(cudnn_out.data(), options.dtype, {batch, seq, H, D}, device);
+        const TensorView cudnn_lse_view = TensorView::contiguous(cudnn_lse.data(), DType::f32, {batch, H, seq}, device);
+        const auto cudnn_call = [&](int set) {
+          cudnn.forward(q[set].view(), k[set].view(), v[set].view(), pieces.front(), scale, cudnn_out_view,
+                        cudnn_lse_view);
+        };
+
+        ForwardBlock probe;
+        probe.q = q[0].view();
+        probe.segments = {KvSegment{k[0].view(), v[0].view(), 0}};
+        probe.mask = mask;
+        probe.scale = scale;
+        probe.out = TensorView::contiguous(own_out.data(), DType::f32, {batch, seq, H, D}, device);
+        probe.lse = TensorView::contiguous(own_lse.data(), DType::f32, {batch, H, seq}, device);
+        const std::string own_unsupported = cuda::hopper_forward_unsupported(probe);
+        if (!own_unsupported.empty()) std::printf("own: not run at D %lld: %s\n", static_cast<long long>(D), own_unsupported.c_str());
+
+        if (own_unsupported.empty()) {  // the check before any timing
+          own_call(0);
+          cudnn_call(0);
+          BENCH_CUDA_CHECK(cudaStreamSynchronize(stream));
+          const std::vector<double> own_values = download(probe.out), cudnn_values = download(cudnn_out_view);
+          const std::vector<double> own_lse_values = download(probe.lse), cudnn_lse_values = download(cudnn_lse_view);
+          double largest = 0, out_error = 0, lse_error = 0;
+          for (std::size_t i = 0; i < own_values.size(); ++i) {
+            largest = std::max(largest, std::abs(cudnn_values[i]));
+            out_error = std::max(out_error, std::abs(own_values[i] - cudnn_values[i]));
+          }
+          for (std::size_t i = 0; i < own_lse_values.size(); ++i)
+            lse_error = std::max(lse_error, std::abs(own_lse_values[i] - cudnn_lse_values[i]));
+          const bool agrees = out_error <= 2e-2 * largest && lse_error <= 1e-2;
+          std::printf("check D %lld causal %d S %lld: own vs cudnn out %.2e of max |out| %.3f, lse %.2e: %s\n",
+                      static_cast<long long>(D), causal ? 1 : 0, static_cast<long long>(seq), out_error / largest,
+                      largest, lse_error, agrees ? "agree" : "DISAGREE");
+          wrong |= !agrees;
+        }
+
+        const double flop = 4.0 * batch * H * static_cast<double>(seq) * seq * D * (causal ? 0.5 : 1.0);
+        for (const std::string& kernel : options.kernels) {
+          if (kernel == "own" && !own_unsupported.empty()) continue;
+          const double ms = median_ms(options, stream, kernel == "own" ? std::function<void(int)>(own_call)
+                                                                        : std::function<void(int)>(cudnn_call));
+          rows.push_back({kernel, causal, seq, D, batch, ms, flop / (ms * 1e-3) * 1e-12});
+          std::printf("%-6s D %3lld causal %d S %6lld B %2lld: %8.3f ms %7.1f TFLOP/s\n", kernel.c_str(),
+                      static_cast<long long>(D), causal ? 1 : 0, static_cast<long long>(seq),
+                      static_cast<long long>(batch), ms, rows.back().tflops);
+        }
+      }
+
+  if (!options.csv.empty()) {
+    std::ifstream existing(options.csv);
+    const bool needs_header = !existing.good() || existing.peek() == std::ifstream::traits_type::eof();
+    existing.close();
+    std::ofstream csv(options.csv, std::ios::app);
+    if (needs_header) csv << "kernel,pass,causal,seq,head_dim,heads,kv_heads,dtype,ms,tflops\n";
+    for (const Row& row : rows)
+      csv << row.kernel << ",forward," << (row.causal ? 1 : 0) << "," << row.seq << "," << row.head_dim << ","
+          << options.heads << "," << options.kv_heads << "," << dtype_name(options.dtype) << "," << row.ms << ","
+          << row.tflops << "\n";
+  }
+  BENCH_CUDA_CHECK(cudaStreamDestroy(stream));
+  if (wrong) std::printf("the own kernel disagrees with cuDNN beyond the bound above\n");
+  return wrong ? 1 : 0;
+}
+
+}  // namespace spattn
+
+int main(int argc, char** argv) {
+  try {
+    return spattn::run_kernel_bench(argc, argv);
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "spattn_kernel_bench: %s\n", error.what());
+    return 2;
+  }
+}
