@@ -1,11 +1,13 @@
-// One attention forward on one GPU, by kernel: spattn's own Hopper forward (`own`: the whole
-// sequence as one ForwardBlock, fp32 out and lse) against spattn's cuDNN path on the single piece
-// it cuts the same call into (`cudnn`: CudnnAttention, out in the input dtype). PyTorch's SDPA
+// One attention forward on one GPU, by kernel: spattn's own Hopper forward on the whole sequence
+// as one ForwardBlock (`own`: out in the input dtype through final_out, as a call on the whole
+// sequence writes it; `own_fp32_out`: fp32 out, as every block but a chunk's last inside a
+// distributed step writes it) against spattn's cuDNN path on the single piece it cuts the same
+// call into (`cudnn`: CudnnAttention, out in the input dtype). PyTorch's SDPA
 // backends append their rows to the same CSV (bench/kernel_sdpa.py); bench/plot_kernel_results.py
 // draws and tabulates them.
 //
 //   spattn_kernel_bench [--seqs 1024,2048,4096,8192,16384,32768] [--head-dims 64,128]
-//       [--causal both|yes|no] [--kernels own,cudnn] [--heads 32] [--kv-heads 32]
+//       [--causal both|yes|no] [--kernels own,own_fp32_out,cudnn] [--heads 32] [--kv-heads 32]
 //       [--dtype bf16|fp16] [--warmup 3] [--iters 10] [--repeats 5] [--csv PATH]
 //
 // Each case holds 16k x heads query rows or more (batch = max(1, 16384 / S)). Before timing, the
@@ -43,7 +45,7 @@ struct KernelBenchOptions {
   std::vector<int64_t> seqs = {1024, 2048, 4096, 8192, 16384, 32768};
   std::vector<int64_t> head_dims = {64, 128};
   std::vector<bool> causal = {false, true};
-  std::vector<std::string> kernels = {"own", "cudnn"};
+  std::vector<std::string> kernels = {"own", "own_fp32_out", "cudnn"};
   int64_t heads = 32;
   int64_t kv_heads = 32;
   DType dtype = DType::bf16;
@@ -94,7 +96,8 @@ KernelBenchOptions parse(int argc, char** argv) {
     } else if (flag == "--kernels") {
       options.kernels = split_list(value());
       for (const std::string& kernel : options.kernels)
-        SPATTN_CHECK(kernel == "own" || kernel == "cudnn", "--kernels takes own and cudnn, got '" << kernel << "'");
+        SPATTN_CHECK(kernel == "own" || kernel == "own_fp32_out" || kernel == "cudnn",
+                     "--kernels takes own, own_fp32_out and cudnn, got '" << kernel << "'");
     } else if (flag == "--heads") {
       options.heads = parse_counts(flag, value()).front();
     } else if (flag == "--kv-heads") {
@@ -176,14 +179,10 @@ struct Row {
 
 }  // namespace
 
-int run_kernel_bench(int argc, char** argv) {
-  const KernelBenchOptions options = parse(argc, argv);
+/// Runs every case on `stream`; false when the own kernel disagreed with cuDNN somewhere.
+bool run_cases(const KernelBenchOptions& options, cudaStream_t stream, std::vector<Row>& rows) {
   const Device device{DeviceKind::cuda, 0};
-  BENCH_CUDA_CHECK(cudaSetDevice(0));
-  cudaStream_t stream;
-  BENCH_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cuda::CudnnAttention cudnn(device, stream);
-  std::vector<Row> rows;
   bool wrong = false;
 
   for (const int64_t head_dim : options.head_dims)
@@ -201,9 +200,10 @@ int run_kernel_bench(int argc, char** argv) {
         }
         DeviceMemory own_out(device, static_cast<std::size_t>(batch * seq * H * D) * 4),
             own_lse(device, static_cast<std::size_t>(batch * H * seq) * 4),
+            own_final_out(device, static_cast<std::size_t>(batch * seq * H * D) * dtype_size(options.dtype)),
             cudnn_out(device, static_cast<std::size_t>(batch * seq * H * D) * dtype_size(options.dtype)),
             cudnn_lse(device, static_cast<std::size_t>(batch * H * seq) * 4);
-        const auto own_call = [&](int set) {
+        const auto own_call = [&](int set, bool final_out) {
           ForwardBlock block;
           block.q = q[set].view();
           block.segments = {KvSegment{k[set].view(), v[set].view(), 0}};
@@ -211,6 +211,8 @@ int run_kernel_bench(int argc, char** argv) {
           block.scale = scale;
           block.out = TensorView::contiguous(own_out.data(), DType::f32, {batch, seq, H, D}, device);
           block.lse = TensorView::contiguous(own_lse.data(), DType::f32, {batch, H, seq}, device);
+          if (final_out)
+            block.final_out = TensorView::contiguous(own_final_out.data(), options.dtype, {batch, seq, H, D}, device);
           cuda::hopper_forward(block, stream);
         };
         const std::vector<cuda::CudnnPiece> pieces = cuda::plan_cudnn_pieces(seq, 0, seq, 0, mask);
@@ -234,7 +236,7 @@ int run_kernel_bench(int argc, char** argv) {
         if (!own_unsupported.empty()) std::printf("own: not run at D %lld: %s\n", static_cast<long long>(D), own_unsupported.c_str());
 
         if (own_unsupported.empty()) {  // the check before any timing
-          own_call(0);
+          own_call(0, false);
           cudnn_call(0);
           BENCH_CUDA_CHECK(cudaStreamSynchronize(stream));
           const std::vector<double> own_values = download(probe.out), cudnn_values = download(cudnn_out_view);
@@ -255,15 +257,29 @@ int run_kernel_bench(int argc, char** argv) {
 
         const double flop = 4.0 * batch * H * static_cast<double>(seq) * seq * D * (causal ? 0.5 : 1.0);
         for (const std::string& kernel : options.kernels) {
-          if (kernel == "own" && !own_unsupported.empty()) continue;
-          const double ms = median_ms(options, stream, kernel == "own" ? std::function<void(int)>(own_call)
-                                                                        : std::function<void(int)>(cudnn_call));
+          const bool own = kernel != "cudnn";
+          if (own && !own_unsupported.empty()) continue;
+          const std::function<void(int)> call =
+              own ? std::function<void(int)>([&, kernel](int set) { own_call(set, kernel == "own"); })
+                  : std::function<void(int)>(cudnn_call);
+          const double ms = median_ms(options, stream, call);
           rows.push_back({kernel, causal, seq, D, batch, ms, flop / (ms * 1e-3) * 1e-12});
           std::printf("%-6s D %3lld causal %d S %6lld B %2lld: %8.3f ms %7.1f TFLOP/s\n", kernel.c_str(),
                       static_cast<long long>(D), causal ? 1 : 0, static_cast<long long>(seq),
                       static_cast<long long>(batch), ms, rows.back().tflops);
         }
       }
+  return !wrong;
+}
+
+int run_kernel_bench(int argc, char** argv) {
+  const KernelBenchOptions options = parse(argc, argv);
+  BENCH_CUDA_CHECK(cudaSetDevice(0));
+  cudaStream_t stream;
+  BENCH_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  std::vector<Row> rows;
+  const bool agrees = run_cases(options, stream, rows);  // its cuDNN handle is gone before the stream
+  BENCH_CUDA_CHECK(cudaStreamDestroy(stream));
 
   if (!options.csv.empty()) {
     std::ifstream existing(options.csv);
@@ -276,9 +292,8 @@ int run_kernel_bench(int argc, char** argv) {
           << options.heads << "," << options.kv_heads << "," << dtype_name(options.dtype) << "," << row.ms << ","
           << row.tflops << "\n";
   }
-  BENCH_CUDA_CHECK(cudaStreamDestroy(stream));
-  if (wrong) std::printf("the own kernel disagrees with cuDNN beyond the bound above\n");
-  return wrong ? 1 : 0;
+  if (!agrees) std::printf("the own kernel disagrees with cuDNN beyond the bound above\n");
+  return agrees ? 0 : 1;
 }
 
 }  // namespace spattn

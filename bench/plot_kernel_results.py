@@ -15,7 +15,7 @@ import csv
 from collections import defaultdict
 from typing import Sequence
 
-KERNELS = ("own", "cudnn", "sdpa_flash", "sdpa_cudnn")
+KERNELS = ("own", "own_fp32_out", "cudnn", "sdpa_flash", "sdpa_cudnn")
 RATIOS = (("own", "cudnn"), ("own", "sdpa_flash"))
 
 Key = tuple[int, int, int]  # (head_dim, causal, seq)

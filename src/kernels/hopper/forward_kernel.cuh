@@ -192,7 +192,10 @@ __device__ void produce(const ForwardParams<Traits>& params, typename Traits::Sh
     Tensor tKgK = group_modes<0, 3>(cta_k.partition_S(gK));  // (TMA, tiles)
     Tensor tKsK = group_modes<0, 3>(cta_k.partition_D(sK));  // (TMA, stages)
     k_pipeline.producer_acquire(state);
-    copy(tma_k.with(*k_pipeline.producer_get_barrier(state), 0), tKgK(_, tile), tKsK(_, state.index()));
+    // Keys and values are read again by the query tiles of their head that run beside this one:
+    // they stay in L2 longer than the queries, which are read once.
+    copy(tma_k.with(*k_pipeline.producer_get_barrier(state), 0, TMA::CacheHintSm90::EVICT_LAST), tKgK(_, tile),
+         tKsK(_, state.index()));
   };
   const auto load_value_tile = [&](int segment, int tile, int batch, int kv_head, typename Traits::PipelineState state) {
     const ForwardSegment& keys = problem.segments[segment];
@@ -203,7 +206,8 @@ __device__ void produce(const ForwardParams<Traits>& params, typename Traits::Sh
     Tensor tVgV = group_modes<0, 3>(cta_v.partition_S(gVt));  // (TMA, tiles)
     Tensor tVsV = group_modes<0, 3>(cta_v.partition_D(sVt));  // (TMA, stages)
     v_pipeline.producer_acquire(state);
-    copy(tma_v.with(*v_pipeline.producer_get_barrier(state), 0), tVgV(_, tile), tVsV(_, state.index()));
+    copy(tma_v.with(*v_pipeline.producer_get_barrier(state), 0, TMA::CacheHintSm90::EVICT_LAST), tVgV(_, tile),
+         tVsV(_, state.index()));
   };
 
   typename Traits::PipelineState write = cutlass::make_producer_start_state<Pipeline>();
@@ -223,7 +227,8 @@ __device__ void produce(const ForwardParams<Traits>& params, typename Traits::Sh
       Tensor gQ = local_tile(mQ, Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(query.m_block, _0{}));  // (M, D)
       auto cta_q = params.tma_q.get_slice(_0{});
       shared.query_full.arrive_and_expect_tx(Traits::kQueryTileBytes);
-      copy(params.tma_q.with(reinterpret_cast<cutlass::arch::ClusterTransactionBarrier::ValueType&>(shared.query_full), 0),
+      copy(params.tma_q.with(reinterpret_cast<cutlass::arch::ClusterTransactionBarrier::ValueType&>(shared.query_full), 0,
+                             TMA::CacheHintSm90::EVICT_FIRST),
            group_modes<0, 3>(cta_q.partition_S(gQ)), group_modes<0, 3>(cta_q.partition_D(sQ)));
     }
     // V of a key tile goes one step after its K: the consumers multiply by V after the softmax
