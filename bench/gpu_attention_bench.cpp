@@ -1,8 +1,10 @@
 // Distributed attention throughput on GPUs, per GPU and as a share of one GPU's: every strategy
 // against the ideal, which is one GPU running the whole global sequence with the same block
-// kernel (DistributedAttention at one rank: a single cuDNN block, no communication). Rows
-// `cudnn_call_one_gpu` time that cuDNN call alone, without the plan's merges and copies; rows
-// `spattn_local_shard` one GPU on one rank's shard alone (tokens per GPU, no communication).
+// kernel (DistributedAttention at one rank: a single block, no communication). Rows
+// `cudnn_call_one_gpu` time one cuDNN call over the whole sequence alone, `own_call_one_gpu` one
+// own-kernel forward (sm_90), without the plan's merges and copies; rows `spattn_local_shard` one
+// GPU on one rank's shard alone (tokens per GPU, no communication). --kernel picks the plans' block
+// kernels (default auto: the own forward on sm_90, cuDNN elsewhere and for every backward).
 // Peak MiB (peak_memory_mib in the CSV): device memory of forward+backward at its peak on the
 // rank that needs most, spattn's own (memory_statistics: workspaces, cuDNN's) plus the caller's
 // tensors (q, k, v, out, lse, dout, dq, dk, dv).
@@ -10,7 +12,7 @@
 //   mpirun -np N spattn_gpu_bench [--algos ring,zigzag,ulysses,hamilton,allgather,usp]
 //       [--tokens-per-gpu 8192,32768,65536] [--heads 32] [--kv-heads 32,8] [--head-dim 128]
 //       [--batch 1] [--dtype bf16] [--causal both|yes|no] [--warmup 2] [--iters 5]
-//       [--transport auto] [--no-ideal] [--csv PATH] [--device-name TEXT]
+//       [--transport auto] [--kernel auto|own|cudnn] [--no-ideal] [--csv PATH] [--device-name TEXT]
 //
 // FLOP by the flash-attention convention over the global sequence S: forward 4 B H S^2 D, half of
 // it under a causal mask; forward+backward 3.5x forward. Per-GPU TFLOP/s divides by the ranks.
@@ -34,6 +36,7 @@
 
 #include "bench_tensor.hpp"
 #include "kernels/cuda/cudnn_attention.hpp"
+#include "kernels/hopper/hopper_forward.hpp"
 #include "spattn/device_communicator.hpp"
 #include "spattn/device_memory.hpp"
 #include "spattn/distributed_attention.hpp"
@@ -56,6 +59,7 @@ struct BenchOptions {
   int warmup = 2;
   int iterations = 5;
   std::string transport = "auto";
+  KernelChoice kernel = KernelChoice::automatic;
   bool ideal = true;
   std::string csv;
   std::string device_name = "gpu";
@@ -117,6 +121,8 @@ BenchOptions parse(int argc, char** argv) {
       options.iterations = static_cast<int>(parse_counts(flag, value()).front());
     } else if (flag == "--transport") {
       options.transport = value();
+    } else if (flag == "--kernel") {
+      options.kernel = parse_kernel_choice(value());
     } else if (flag == "--no-ideal") {
       options.ideal = false;
     } else if (flag == "--csv") {
@@ -226,6 +232,30 @@ PassTimes time_cudnn_alone(Communicator& alone, const AttentionShape& shape, boo
   return times;
 }
 
+// One own-kernel call over the whole sequence (out in the input dtype through final_out, as a
+// whole-sequence call writes it), forward only: what the plan's forward at one rank adds to it.
+PassTimes time_own_forward_alone(Communicator& alone, const AttentionShape& shape, bool causal, const BenchOptions& options) {
+  const Device device = alone.device();
+  const int64_t B = shape.batch, S = shape.seq, H = shape.heads, HK = shape.kv_heads, D = shape.head_dim;
+  const BenchTensor q(device, shape.dtype, {B, S, H, D}, 5), k(device, shape.dtype, {B, S, HK, D}, 6),
+      v(device, shape.dtype, {B, S, HK, D}, 7), out(device, shape.dtype, {B, S, H, D}, 0);
+  const BenchTensor running_out(device, DType::f32, {B, S, H, D}, 0), lse(device, DType::f32, {B, H, S}, 0);
+  ForwardBlock block;
+  block.q = q.view();
+  block.segments = {KvSegment{k.view(), v.view(), 0}};
+  block.mask = AttentionMask{-1, causal ? 0 : -1};
+  block.scale = 1.0f / std::sqrt(static_cast<float>(D));
+  block.out = running_out.view();
+  block.lse = lse.view();
+  block.final_out = out.view();
+  const std::string unsupported = cuda::hopper_forward_unsupported(block);
+  SPATTN_CHECK(unsupported.empty(), "the own forward: " << unsupported);
+  PassTimes times;
+  times.forward_ms =
+      time_calls(alone, device, options.warmup, options.iterations, [&] { cuda::hopper_forward(block, nullptr); });
+  return times;
+}
+
 double forward_flop(const AttentionShape& shape, bool causal) {
   const double flop = 4.0 * static_cast<double>(shape.batch * shape.heads) * static_cast<double>(shape.seq) *
                       static_cast<double>(shape.seq) * static_cast<double>(shape.head_dim);
@@ -289,6 +319,10 @@ int run(int argc, char** argv) {
       for (const int64_t tokens : options.tokens_per_gpu) {
         AttentionOptions attention;
         attention.causal = causal;
+        attention.kernel = options.kernel;
+        // spattn's rows name the block kernels when they are not the default choice.
+        const std::string spattn_name =
+            options.kernel == KernelChoice::automatic ? "spattn" : "spattn_" + kernel_choice_name(options.kernel);
         const AttentionShape shape{options.batch, tokens * gpus, options.heads, kv_heads, options.head_dim,
                                    options.dtype};
         const double flop = forward_flop(shape, causal);
@@ -306,9 +340,16 @@ int run(int argc, char** argv) {
           } catch (const Error& error) {
             if (world.rank() == 0) std::printf("cuDNN alone at %lld tokens: %s\n", static_cast<long long>(shape.seq), error.what());
           }
+          PassTimes own;
+          try {
+            own = time_own_forward_alone(*alone, shape, causal, options);
+          } catch (const Error& error) {
+            if (world.rank() == 0) std::printf("own kernel alone at %lld tokens: %s\n", static_cast<long long>(shape.seq), error.what());
+          }
           world.barrier();
           for (const auto& [implementation, times] :
-               {std::make_pair("spattn_one_gpu", ideal), std::make_pair("cudnn_call_one_gpu", cudnn)})
+               {std::make_pair(spattn_name + "_one_gpu", ideal), std::make_pair(std::string("cudnn_call_one_gpu"), cudnn),
+                std::make_pair(std::string("own_call_one_gpu"), own)})
             for (const auto& [pass, ms, factor] : {std::make_tuple("forward", times.forward_ms, 1.0),
                                                    std::make_tuple("forward+backward", times.forward_backward_ms, 3.5)})
               if (ms > 0)
@@ -329,7 +370,7 @@ int run(int argc, char** argv) {
           for (const auto& [pass, ms, factor] : {std::make_tuple("forward", local.forward_ms, 1.0),
                                                  std::make_tuple("forward+backward", local.forward_backward_ms, 3.5)})
             if (ms > 0)
-              rows.push_back({"spattn_local_shard", "local", 1, tokens, kv_heads, causal, pass, ms,
+              rows.push_back({spattn_name + "_local_shard", "local", 1, tokens, kv_heads, causal, pass, ms,
                               factor * forward_flop(shard, causal) / (ms * 1e-3) * 1e-12, 0, local.peak_mib});
         }
         for (const std::string& name : options.algorithms) {
@@ -344,7 +385,7 @@ int run(int argc, char** argv) {
                {std::make_tuple("forward", times.forward_ms, ideal.forward_ms, 1.0),
                 std::make_tuple("forward+backward", times.forward_backward_ms, ideal.forward_backward_ms, 3.5)}) {
             const double ideal_tflops = ideal_ms > 0 ? factor * flop / (ideal_ms * 1e-3) * 1e-12 : 0;
-            rows.push_back({"spattn", name, gpus, tokens, kv_heads, causal, pass, ms,
+            rows.push_back({spattn_name, name, gpus, tokens, kv_heads, causal, pass, ms,
                             factor * flop / (ms * 1e-3) * 1e-12 / gpus, ideal_tflops, times.peak_mib});
           }
         }

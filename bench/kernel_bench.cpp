@@ -14,8 +14,9 @@
 // own kernel's out and lse are compared with cuDNN's on the same inputs (exit 1 beyond 2e-2 of
 // the largest |out|, or 1e-2 in lse): a benchmark of a wrong kernel is worthless. Time: the median
 // over --repeats of --iters back-to-back calls between two CUDA events, after --warmup calls,
-// alternating between two input sets so that small problems do not run from L2. FLOP by the
-// flash-attention convention: 4 B H S^2 D, half of it causal.
+// alternating between two input sets so that small problems do not run from L2, the kernels
+// taking turns within each repeat. FLOP by the flash-attention convention: 4 B H S^2 D, half of
+// it causal.
 //
 // CSV columns: kernel,pass,causal,seq,head_dim,heads,kv_heads,dtype,ms,tflops (causal 0 or 1).
 
@@ -128,27 +129,36 @@ KernelBenchOptions parse(int argc, char** argv) {
     SPATTN_CHECK(status == cudaSuccess, #call << " failed: " << cudaGetErrorString(status));      \
   } while (false)
 
-/// Median milliseconds per call of `call(set)` (set alternating 0, 1) over `repeats` timings of
-/// `iterations` calls each, after `warmup` calls.
-double median_ms(const KernelBenchOptions& options, cudaStream_t stream, const std::function<void(int)>& call) {
-  for (int i = 0; i < options.warmup; ++i) call(i % 2);
+/// Median milliseconds per call of each of `calls` (each taking the input set, alternating 0, 1)
+/// over `repeats` timings of `iterations` calls each, after `warmup` calls of each. The kernels
+/// take turns within every repeat, so that a slower minute of the GPU (clocks, temperature) falls
+/// on all of them alike.
+std::vector<double> median_ms(const KernelBenchOptions& options, cudaStream_t stream,
+                              const std::vector<std::function<void(int)>>& calls) {
+  for (const auto& call : calls)
+    for (int i = 0; i < options.warmup; ++i) call(i % 2);
   cudaEvent_t start, stop;
   BENCH_CUDA_CHECK(cudaEventCreate(&start));
   BENCH_CUDA_CHECK(cudaEventCreate(&stop));
-  std::vector<double> times;
-  for (int repeat = 0; repeat < options.repeats; ++repeat) {
-    BENCH_CUDA_CHECK(cudaEventRecord(start, stream));
-    for (int i = 0; i < options.iterations; ++i) call(i % 2);
-    BENCH_CUDA_CHECK(cudaEventRecord(stop, stream));
-    BENCH_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    BENCH_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    times.push_back(ms / options.iterations);
-  }
+  std::vector<std::vector<double>> times(calls.size());
+  for (int repeat = 0; repeat < options.repeats; ++repeat)
+    for (std::size_t kernel = 0; kernel < calls.size(); ++kernel) {
+      BENCH_CUDA_CHECK(cudaEventRecord(start, stream));
+      for (int i = 0; i < options.iterations; ++i) calls[kernel](i % 2);
+      BENCH_CUDA_CHECK(cudaEventRecord(stop, stream));
+      BENCH_CUDA_CHECK(cudaEventSynchronize(stop));
+      float ms = 0;
+      BENCH_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+      times[kernel].push_back(ms / options.iterations);
+    }
   BENCH_CUDA_CHECK(cudaEventDestroy(start));
   BENCH_CUDA_CHECK(cudaEventDestroy(stop));
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+  std::vector<double> medians;
+  for (std::vector<double>& kernel_times : times) {
+    std::sort(kernel_times.begin(), kernel_times.end());
+    medians.push_back(kernel_times[kernel_times.size() / 2]);
+  }
+  return medians;
 }
 
 /// A device tensor read back as fp64 values.
@@ -256,17 +266,21 @@ bool run_cases(const KernelBenchOptions& options, cudaStream_t stream, std::vect
         }
 
         const double flop = 4.0 * batch * H * static_cast<double>(seq) * seq * D * (causal ? 0.5 : 1.0);
+        std::vector<std::string> kernels;
+        std::vector<std::function<void(int)>> calls;
         for (const std::string& kernel : options.kernels) {
           const bool own = kernel != "cudnn";
           if (own && !own_unsupported.empty()) continue;
-          const std::function<void(int)> call =
-              own ? std::function<void(int)>([&, kernel](int set) { own_call(set, kernel == "own"); })
-                  : std::function<void(int)>(cudnn_call);
-          const double ms = median_ms(options, stream, call);
-          rows.push_back({kernel, causal, seq, D, batch, ms, flop / (ms * 1e-3) * 1e-12});
-          std::printf("%-6s D %3lld causal %d S %6lld B %2lld: %8.3f ms %7.1f TFLOP/s\n", kernel.c_str(),
+          kernels.push_back(kernel);
+          calls.push_back(own ? std::function<void(int)>([&, kernel](int set) { own_call(set, kernel == "own"); })
+                              : std::function<void(int)>(cudnn_call));
+        }
+        const std::vector<double> milliseconds = median_ms(options, stream, calls);
+        for (std::size_t i = 0; i < kernels.size(); ++i) {
+          rows.push_back({kernels[i], causal, seq, D, batch, milliseconds[i], flop / (milliseconds[i] * 1e-3) * 1e-12});
+          std::printf("%-12s D %3lld causal %d S %6lld B %2lld: %8.3f ms %7.1f TFLOP/s\n", kernels[i].c_str(),
                       static_cast<long long>(D), causal ? 1 : 0, static_cast<long long>(seq),
-                      static_cast<long long>(batch), ms, rows.back().tflops);
+                      static_cast<long long>(batch), milliseconds[i], rows.back().tflops);
         }
       }
   return !wrong;
