@@ -34,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_options.hpp"
 #include "bench_tensor.hpp"
 #include "kernels/cuda/cudnn_attention.hpp"
 #include "kernels/hopper/hopper_forward.hpp"
@@ -64,27 +65,6 @@ struct BenchOptions {
   std::string csv;
   std::string device_name = "gpu";
 };
-
-std::vector<std::string> split_list(const std::string& text) {
-  std::vector<std::string> items;
-  std::stringstream stream(text);
-  for (std::string item; std::getline(stream, item, ',');)
-    if (!item.empty()) items.push_back(item);
-  return items;
-}
-
-std::vector<int64_t> parse_counts(const std::string& flag, const std::string& text) {
-  std::vector<int64_t> counts;
-  for (const std::string& item : split_list(text)) {
-    char* end = nullptr;
-    const long long value = std::strtoll(item.c_str(), &end, 10);
-    SPATTN_CHECK(end && *end == '\0' && value > 0, flag << " expects positive integers separated by commas, got '"
-                                                        << text << "'");
-    counts.push_back(value);
-  }
-  SPATTN_CHECK(!counts.empty(), flag << " expects at least one value");
-  return counts;
-}
 
 BenchOptions parse(int argc, char** argv) {
   BenchOptions options;
