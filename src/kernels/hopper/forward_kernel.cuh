@@ -45,7 +45,7 @@ template <int kHeadDim_, class Element_, int kBlockN_>
 struct ForwardTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
-  static constexpr int kBlockM = 128;  // query rows per tile: 64 per consumer warpgroup
+  static constexpr int kBlockM = kQueryTileRows;
   static constexpr int kBlockN = kBlockN_;  // keys per tile
   static constexpr int kStages = 2;    // K and V tiles in flight
   static constexpr int kConsumerThreads = 256;

@@ -15,6 +15,9 @@ namespace spattn::cuda::hopper {
 /// each, two per segment). A block of more segments runs as several launches.
 constexpr int kMaxSegmentsPerLaunch = 8;
 
+/// Query rows per tile of the schedule: 64 for each of the two consumer warpgroups.
+constexpr int kQueryTileRows = 128;
+
 struct ForwardSegment {
   const void* k = nullptr;  // (B, keys, HK, D)
   const void* v = nullptr;  // (B, keys, HK, D)

@@ -142,9 +142,8 @@ std::string block_unsupported(const ForwardBlock& block) {
       return why.str();
     }
   }
-  // The schedule numbers query tiles (128 rows of one head and batch) in int, with room to step
-  // past the last.
-  const int64_t query_tiles = (q.size(1) + 127) / 128 * q.size(2) * q.size(0);
+  // The schedule numbers query tiles in int, with room to step past the last.
+  const int64_t query_tiles = (q.size(1) + hopper::kQueryTileRows - 1) / hopper::kQueryTileRows * q.size(2) * q.size(0);
   if (query_tiles > (int64_t{1} << 30)) {
     why << "q " << q.describe() << " makes " << query_tiles << " query tiles; the own forward takes at most 2^30";
     return why.str();
