@@ -34,8 +34,9 @@ class CudaBlockKernels final : public BlockKernels {
   /// why the own kernel cannot run it: for every segment, every piece (plan_cudnn_pieces), cuDNN
   /// forward into a workspace (input dtype out, fp32 lse), merged into block.out / block.lse:
   /// into their running result with accumulate; else the first piece writes them when it covers
-  /// every row, or they start at out 0, lse -inf. Otherwise hopper_forward(block), or with own an
-  /// Error naming why it cannot run the block.
+  /// every row, or they start at out 0, lse -inf, and block.final_out is converted from out
+  /// afterwards. Otherwise hopper_forward(block), which writes final_out in its epilogue, or with
+  /// own an Error naming why it cannot run the block.
   void forward(const ForwardBlock& block) override;
   /// Through cuDNN whatever the KernelChoice (the own backward is still to come): for every
   /// segment, every piece, cuDNN backward with the final lse (block.lse) and final output
