@@ -23,7 +23,9 @@ class BenchTensor {
       : view_(TensorView::contiguous(nullptr, dtype, shape, device)),
         memory_(device, static_cast<std::size_t>(view_.numel()) * dtype_size(dtype)) {
     view_.data = memory_.data();
-    constexpr int64_t kTileElements = int64_t{1} << 22;
+    // Of odd length, so that the tile never repeats in step with tokens: no two tokens hold the
+    // same vector, and a kernel that read the wrong key tile would not get the right answer.
+    constexpr int64_t kTileElements = (int64_t{1} << 22) + 1;
     const int64_t tile = std::min(kTileElements, view_.numel());
     std::vector<unsigned char> host(static_cast<std::size_t>(tile) * dtype_size(dtype));
     std::mt19937 generator(static_cast<unsigned>(seed));
