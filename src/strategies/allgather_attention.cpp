@@ -91,10 +91,9 @@ class AllGatherStrategy final : public Strategy {
       std::unique_ptr<PendingTransfer> next_gather;
       if (group + 1 < groups) recorder.compute(group, [&] { next_gather = start_gather(k, v, group + 1, recorder, group); });
       recorder.wait(group, comm, *gather);
-      recorder.compute(group, [&] { forward_group(q, lse, group); });
+      recorder.compute(group, [&] { forward_group(q, out, lse, group); });
       gather = std::move(next_gather);
     }
-    recorder.compute(groups - 1, [&] { kernels->copy(out_accumulator, out); });
     recorder.finish();
   }
 
@@ -209,7 +208,9 @@ class AllGatherStrategy final : public Strategy {
     return lse.slice(1, group * group_kv_heads * heads_per_kv_head, group_kv_heads * heads_per_kv_head);
   }
 
-  void forward_group(const TensorView& q, TensorView lse, int group) {
+  // Each query chunk of this group's heads is one block over every chunk it sees, so the block
+  // writes its rows of out (through final_out) and lse at once.
+  void forward_group(const TensorView& q, const TensorView& out, const TensorView& lse, int group) {
     const DeviceBuffer& keys = gathered[group % 2];
     std::size_t chunk_index = 0;
     for (const SequenceChunk& queries : sequence_layout.chunks(rank)) {
@@ -220,7 +221,7 @@ class AllGatherStrategy final : public Strategy {
                                           source.v.slice(1, visible.chunk.local_offset, visible.chunk.length),
                                           visible.chunk.position});
       }
-      const TensorView out_rows = query_heads(out_accumulator.slice(1, queries.local_offset, queries.length), group);
+      const TensorView out_rows = query_heads(out.slice(1, queries.local_offset, queries.length), group);
       const TensorView lse_rows = lse_heads(lse.slice(2, queries.local_offset, queries.length), group);
       if (forward_block.segments.empty()) {
         // Queries that see no key at all: out = 0, lse = -inf.
@@ -232,8 +233,9 @@ class AllGatherStrategy final : public Strategy {
       forward_block.q_position = queries.position;
       forward_block.mask = mask;
       forward_block.scale = scale;
-      forward_block.out = out_rows;
+      forward_block.out = query_heads(out_accumulator.slice(1, queries.local_offset, queries.length), group);
       forward_block.lse = lse_rows;
+      forward_block.final_out = out_rows;
       kernels->forward(forward_block);
     }
   }
