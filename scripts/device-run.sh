@@ -21,6 +21,8 @@
 #   kernel-bench one attention forward on one GPU by kernel: spattn_kernel_bench (own, cudnn) and
 #                bench/kernel_sdpa.py (PyTorch SDPA flash, cudnn) into kernel-bench.csv, drawn into
 #                kernel-bench.md and .png (SPATTN_KERNEL_BENCH_ARGS: options both take, e.g. --seqs)
+#   kernel-profile  ncu on one spattn_kernel_bench case, own and cuDNN kernels (kernel-profile.txt;
+#                SPATTN_PROFILE_ARGS: the case, default --seqs 8192 --head-dims 128 --causal yes)
 #   torch-bench  PyTorch's context_parallel on every GPU into the same bench.csv (torch.log;
 #                TORCH_BENCH_ARGS adds options, '|' between the option sets of separate runs);
 #                bench.md and bench.png then plot both
@@ -57,14 +59,16 @@ prepare_deps() {
   mkdir -p "$deps_dir/openblas/lib" "$deps_dir/openblas/include"
   cp -r /usr/src/googletest "$deps_dir/googletest"
   local openblas cblas_header
-  openblas="$(ldconfig -p | awk '/libopenblas\.so\.0 .*x86-64/ {print $NF; exit}')"
+  # awk reads to the end (no early exit): an early exit can end the writer by SIGPIPE, which
+  # pipefail and set -e turn into a silent failure of the whole preparation.
+  openblas="$(ldconfig -p | awk '/libopenblas\.so\.0 .*x86-64/ && !found {print $NF; found = 1}')"
   [[ -n "$openblas" ]] || { echo "no libopenblas.so.0 here: install libopenblas-dev first"; exit 1; }
   # One copy under the soname; the device run adds the libopenblas.so link (links may not travel).
   cp -L "$openblas" "$deps_dir/openblas/lib/libopenblas.so.0"
   for needed in libgfortran.so.5 libquadmath.so.0; do
     cp -L "$(ldd "$openblas" | awk -v lib="$needed" '$1 == lib {print $3}')" "$deps_dir/openblas/lib/"
   done
-  cblas_header="$(echo '#include <cblas.h>' | g++ -x c++ -E -H - 2>&1 >/dev/null | awk '/cblas\.h$/ {print $2; exit}')"
+  cblas_header="$(echo '#include <cblas.h>' | g++ -x c++ -E -H - 2>&1 >/dev/null | awk '/cblas\.h$/ && !found {print $2; found = 1}')"
   cp -L "$(dirname "$(readlink -f "$cblas_header")")"/*.h "$deps_dir/openblas/include/"
   # cudnn-frontend (header-only) for the cuDNN attention: the pip wheel's headers.
   local frontend_include
@@ -481,6 +485,27 @@ elif ((built)); then
   else record kernel-bench failed "exit $status; $rows rows: see kernel-bench.log"; fi
 else
   record kernel-bench skipped "no build"
+fi
+# ---- kernel-profile -----------------------------------------------------------------------------------
+# Nsight Compute's counters for the kernels of one spattn_kernel_bench case (own, then cuDNN): where
+# the time goes (tensor pipe busy, issue slots, warp stalls, clock). --clock-control none leaves the
+# clocks as they run (METHOD.md).
+if ! wants kernel-profile; then
+  :
+elif ((built)) && command -v ncu >/dev/null; then
+  status=0
+  : >"$logs/kernel-profile.txt"
+  # The input fills, the check's calls and one timed call of each kernel: the first 16 launches.
+  # shellcheck disable=SC2086  # the extra arguments are words
+  timeout "$(seconds_left)" ncu --clock-control none --launch-count 16 \
+    --section SpeedOfLight --section ComputeWorkloadAnalysis --section SchedulerStats --section WarpStateStats \
+    --section LaunchStats --section Occupancy \
+    "$build_dir/bench/spattn_kernel_bench" --kernels own,cudnn --warmup 0 --iters 1 --repeats 1 \
+    ${SPATTN_PROFILE_ARGS:---seqs 8192 --head-dims 128 --causal yes} >>"$logs/kernel-profile.txt" 2>&1 || status=$?
+  if [[ $status -eq 0 ]]; then record kernel-profile passed "$(grep -c 'Duration' "$logs/kernel-profile.txt") kernels"
+  else record kernel-profile failed "exit $status: see kernel-profile.txt"; fi
+else
+  record kernel-profile skipped "no build or no ncu"
 fi
 if [[ -s "$logs/bench.csv" ]]; then
   python3 "$root/bench/plot_results.py" "$logs/bench.csv" --out "$logs/bench.png" \

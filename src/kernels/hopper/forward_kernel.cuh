@@ -210,6 +210,12 @@ __device__ void produce(const ForwardParams<Traits>& params, typename Traits::Sh
          tVsV(_, state.index()));
   };
 
+  const auto query_rows = [&](const QueryTile& query) {  // (M, D) in global memory
+    Tensor mQ = params.tma_q.get_tma_tensor(make_shape(problem.rows, kHeadDim, problem.heads, problem.batch))(
+        _, _, query.head, query.batch);
+    return local_tile(mQ, Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(query.m_block, _0{}));
+  };
+
   typename Traits::PipelineState write = cutlass::make_producer_start_state<Pipeline>();
   const QueryTileSchedule& schedule = params.schedule;
   for (int linear = schedule.first_tile(blockIdx.x); linear < schedule.total_tiles;
@@ -222,14 +228,15 @@ __device__ void produce(const ForwardParams<Traits>& params, typename Traits::Sh
     if (issuing) load_key_tile(cursor.segment, cursor.tile, query.batch, kv_head, write);
     cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads + 32, uint32_t(ForwardBarrier::query_empty));
     if (issuing) {
-      Tensor mQ = params.tma_q.get_tma_tensor(make_shape(problem.rows, kHeadDim, problem.heads, problem.batch))(
-          _, _, query.head, query.batch);
-      Tensor gQ = local_tile(mQ, Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(query.m_block, _0{}));  // (M, D)
       auto cta_q = params.tma_q.get_slice(_0{});
       shared.query_full.arrive_and_expect_tx(Traits::kQueryTileBytes);
       copy(params.tma_q.with(reinterpret_cast<cutlass::arch::ClusterTransactionBarrier::ValueType&>(shared.query_full), 0,
                              TMA::CacheHintSm90::EVICT_FIRST),
-           group_modes<0, 3>(cta_q.partition_S(gQ)), group_modes<0, 3>(cta_q.partition_D(sQ)));
+           group_modes<0, 3>(cta_q.partition_S(query_rows(query))), group_modes<0, 3>(cta_q.partition_D(sQ)));
+      // The next query tile's rows into L2 now: its load, which waits until this tile's last
+      // S = Q K^T, then takes an L2 hit instead of a trip to memory while the tensor cores idle.
+      const int next = schedule.next_tile(linear, gridDim.x);
+      if (next < schedule.total_tiles) prefetch(params.tma_q, group_modes<0, 3>(cta_q.partition_S(query_rows(query_tile(params, next)))));
     }
     // V of a key tile goes one step after its K: the consumers multiply by V after the softmax
     // of the tile, while the next tile's S = Q K^T runs.

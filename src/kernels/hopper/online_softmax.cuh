@@ -17,6 +17,29 @@ __device__ inline float across_row_lanes(float value, Combine combine) {
   return combine(value, __shfl_xor_sync(0xffffffffu, value, 2));
 }
 
+/// 2^x by one MUFU.EX2, results below 2^-126 flushed to zero. exp2f without fast math wraps
+/// each exponential in three more instructions to keep such denormal results (a third more
+/// instructions per score); they are below 2^-126 of the row's largest probability (which is 1),
+/// so no fp32 sum can see them.
+__device__ inline float exp2_flush_denormals(float x) {
+  float result;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(result) : "f"(x));
+  return result;
+}
+
+/// The maximum or sum of a row's columns in four independent chains, so that the reduction's
+/// latency is a quarter of the row's length (the columns per thread are a multiple of 4).
+template <class Row, class Combine>
+__device__ inline float reduce_columns(const Row& row, float initial, Combine combine) {
+  constexpr int kColumns = decltype(cute::size(row))::value;
+  static_assert(kColumns % 4 == 0);
+  float chain[4] = {initial, row(1), row(2), row(3)};
+  chain[0] = combine(chain[0], row(0));
+  CUTE_UNROLL
+  for (int column = 4; column < kColumns; ++column) chain[column % 4] = combine(chain[column % 4], row(column));
+  return combine(combine(chain[0], chain[1]), combine(chain[2], chain[3]));
+}
+
 template <int kRows>
 struct OnlineSoftmax {
   float scale;                 // softmax scale
@@ -41,23 +64,18 @@ struct OnlineSoftmax {
     static_assert(decltype(cute::size<0>(s))::value == kRows);
     CUTE_UNROLL
     for (int row = 0; row < kRows; ++row) {
-      float new_max = row_max[row];
-      CUTE_UNROLL
-      for (int column = 0; column < cute::size<1>(s); ++column) new_max = fmaxf(new_max, s(row, column));
-      new_max = across_row_lanes(new_max, [](float a, float b) { return fmaxf(a, b); });
+      const auto maximum = [](float a, float b) { return fmaxf(a, b); };
+      const float new_max = across_row_lanes(reduce_columns(s(row, cute::_), row_max[row], maximum), maximum);
       // A row that has seen no visible key yet keeps max -inf: take 0 instead so that its
       // scores (all -inf) give exp2(-inf) = 0 and never -inf - (-inf) = NaN.
       const float max_scaled = new_max == -INFINITY ? 0.0f : new_max * scale_log2;
       // row_max -inf (nothing before): exp2(-inf) = 0 scales the empty sums and outputs.
-      correction[row] = exp2f(row_max[row] * scale_log2 - max_scaled);
+      correction[row] = exp2_flush_denormals(row_max[row] * scale_log2 - max_scaled);
       row_max[row] = new_max;
-      float sum = 0.0f;
       CUTE_UNROLL
-      for (int column = 0; column < cute::size<1>(s); ++column) {
-        s(row, column) = exp2f(fmaf(s(row, column), scale_log2, -max_scaled));
-        sum += s(row, column);
-      }
-      row_sum[row] = row_sum[row] * correction[row] + sum;
+      for (int column = 0; column < cute::size<1>(s); ++column)
+        s(row, column) = exp2_flush_denormals(fmaf(s(row, column), scale_log2, -max_scaled));
+      row_sum[row] = reduce_columns(s(row, cute::_), row_sum[row] * correction[row], [](float a, float b) { return a + b; });
     }
   }
 
