@@ -500,7 +500,7 @@ elif ((built)) && command -v ncu >/dev/null; then
   timeout "$(seconds_left)" ncu --clock-control none --launch-count 16 \
     --section SpeedOfLight --section ComputeWorkloadAnalysis --section SchedulerStats --section WarpStateStats \
     --section LaunchStats --section Occupancy \
-    "$build_dir/bench/spattn_kernel_bench" --kernels own,cudnn --warmup 0 --iters 1 --repeats 1 \
+    "$build_dir/bench/spattn_kernel_bench" --kernels own,cudnn --warmup 1 --iters 1 --repeats 1 \
     ${SPATTN_PROFILE_ARGS:---seqs 8192 --head-dims 128 --causal yes} >>"$logs/kernel-profile.txt" 2>&1 || status=$?
   if [[ $status -eq 0 ]]; then record kernel-profile passed "$(grep -c 'Duration' "$logs/kernel-profile.txt") kernels"
   else record kernel-profile failed "exit $status: see kernel-profile.txt"; fi

@@ -3,7 +3,8 @@
 // global positions, query and key counts that are not multiples of a tile, segments with gaps
 // and out of order, more segments than one launch takes, accumulation onto a running result,
 // rows that see no key, GQA 1:1 to 8:1, batch 1 and 3, head dims 64 and 128, bf16 and fp16,
-// final_out, bad blocks, and a larger block run twice for identical bits. Outputs are
+// final_out, bad blocks, and a larger block run three times (twice on one stream, once on
+// another) for identical bits. Outputs are
 // NaN-poisoned before every run so that unwritten elements show. Where the GPU or the build has
 // no own forward, every test says why and skips.
 //
@@ -11,6 +12,7 @@
 // fp16; the probabilities are rounded to the input dtype before P V), and the own kernel's error
 // must be at most 1.25x cuDNN's on the same inputs (plus 1e-6 of the magnitude, fp32 round-off).
 
+#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -281,14 +283,25 @@ TEST_F(HopperForward, LargerBlockIsAccurateAndDeterministic) {
   if (!reason.empty()) GTEST_SKIP() << reason;
   const float scale = 1.0f / std::sqrt(128.0f);
   const BlockProblem p = make_problem(c, DType::bf16, 128, scale, generator_, false);
-  DeviceBlock first(*gpu_, p, c, 128, scale), second(*gpu_, p, c, 128, scale);
+  // 160 query tiles, more than an H100's 132 multiprocessors: the causal mask's tile counter hands
+  // them out, and each launch must find it reset by the one before on its stream; a launch on a
+  // second stream uses that stream's counter.
+  DeviceBlock first(*gpu_, p, c, 128, scale), second(*gpu_, p, c, 128, scale), third(*gpu_, p, c, 128, scale);
   run_own(first);
   run_own(second);
+  cudaStream_t other = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(gpu_->stream()), cudaSuccess);  // third's inputs are uploaded
+  cuda::hopper_forward(third.block, other);
+  ASSERT_EQ(cudaStreamSynchronize(other), cudaSuccess);
+  ASSERT_EQ(cudaStreamDestroy(other), cudaSuccess);
   const HostTensor out = first.out->download(), lse = first.lse->download();
   expect_near_reference(p.out, out, 2e-2, "out vs fp64");
   expect_near_reference(p.lse, lse, 1e-3, "lse vs fp64");
   expect_identical(out, second.out->download(), "out of a second run");
   expect_identical(lse, second.lse->download(), "lse of a second run");
+  expect_identical(out, third.out->download(), "out of a run on another stream");
+  expect_identical(lse, third.lse->download(), "lse of a run on another stream");
 }
 
 TEST_F(HopperForward, BadBlocksAreRefusedWithTheReason) {
