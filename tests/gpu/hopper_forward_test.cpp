@@ -283,9 +283,8 @@ TEST_F(HopperForward, LargerBlockIsAccurateAndDeterministic) {
   if (!reason.empty()) GTEST_SKIP() << reason;
   const float scale = 1.0f / std::sqrt(128.0f);
   const BlockProblem p = make_problem(c, DType::bf16, 128, scale, generator_, false);
-  // 160 query tiles, more than an H100's 132 multiprocessors: the causal mask's tile counter hands
-  // them out, and each launch must find it reset by the one before on its stream; a launch on a
-  // second stream uses that stream's counter.
+  // 160 query tiles, more than an H100's 132 multiprocessors: CTAs take several. The same bits
+  // again, and on a second stream.
   DeviceBlock first(*gpu_, p, c, 128, scale), second(*gpu_, p, c, 128, scale), third(*gpu_, p, c, 128, scale);
   run_own(first);
   run_own(second);
