@@ -254,12 +254,17 @@ const OptionTable<PlanOptions>& plan_option_table() {
       {{"--algo", "NAME",
         "schedule to show: " + algorithm_list(rotation_algorithms()) + " (default " + defaults.algorithm + ")",
         [](PlanOptions& options, const std::string& value) { parse_plan_algorithm(options, value); }},
-       {"--ranks", "N", "ranks, at least 2 (default: every GPU of the preset)",
+       {"--ranks", "N", "ranks, at least 2 (default: every rank of --nodes, or one node)",
         [](PlanOptions& options, const std::string& value) {
           options.ranks = parse_integer<int>("--ranks", value, 2, "an integer >= 2");
         }},
-       {"--nodes", "U", "hamilton2: nodes, of N/U ranks each (default: the nodes the ranks occupy)",
+       {"--nodes", "U", "nodes of the cluster, ranks filling them in order; hamilton2 groups by them (default: as many "
+                        "as N needs)",
         [](PlanOptions& options, const std::string& value) { options.nodes = parse_count("--nodes", value, 1); }},
+       {"--gpus-per-node", "G", "ranks per node (default: the preset's, 8)",
+        [](PlanOptions& options, const std::string& value) {
+          options.gpus_per_node = parse_count("--gpus-per-node", value, 1);
+        }},
        {"--inner", "N1", "usp: Ulysses degree (default: the largest that divides N and H within a node)",
         [](PlanOptions& options, const std::string& value) { options.inner = parse_count("--inner", value, 1); }},
        {"--causal", nullptr, "causal mask: query i sees keys j <= i",
@@ -271,6 +276,18 @@ const OptionTable<PlanOptions>& plan_option_table() {
        {"--tflops", "R", "attention kernel rate in TFLOP/s (default: the preset's)",
         [](PlanOptions& options, const std::string& value) {
           options.tflops = parse_positive_real<double>("--tflops", value);
+        }},
+       {"--intra-bandwidth", "GBPS", "within a node: GB/s per rank on a switch, per link on a mesh (default: the preset's)",
+        [](PlanOptions& options, const std::string& value) {
+          options.intra_bandwidth = parse_positive_real<double>("--intra-bandwidth", value);
+        }},
+       {"--inter-bandwidth", "GBPS", "across nodes: GB/s per rank (default: the preset's)",
+        [](PlanOptions& options, const std::string& value) {
+          options.inter_bandwidth = parse_positive_real<double>("--inter-bandwidth", value);
+        }},
+       {"--latency", "US", "microseconds per message, within and across nodes (default: the preset's)",
+        [](PlanOptions& options, const std::string& value) {
+          options.latency = parse_positive_real<double>("--latency", value);
         }},
        {"--compare", nullptr, "the modelled time of every strategy side by side",
         [](PlanOptions& options, const std::string&) { options.compare = true; }},

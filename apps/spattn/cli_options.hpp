@@ -56,8 +56,9 @@ struct RunOptions {
 /// with --compare the modelled cost of every strategy (src/schedule/cost_model.hpp).
 struct PlanOptions {
   std::string algorithm = "hamilton";  // ring, zigzag, hamilton or hamilton2: the schedule shown
-  int ranks = 0;                       // 0: every GPU of the preset
-  int nodes = 0;                       // hamilton2's nodes; 0: the nodes the ranks occupy
+  int ranks = 0;                       // 0: every rank of the cluster
+  int nodes = 0;                       // the cluster's (and hamilton2's) nodes; 0: as many as the ranks fill
+  int gpus_per_node = 0;               // ranks per node; 0: the preset's
   int inner = 0;                       // usp's Ulysses degree; 0: the largest that fits a node
   bool causal = false;
   int64_t batch = 1;
@@ -68,6 +69,9 @@ struct PlanOptions {
   DType dtype = DType::bf16;
   std::string preset = "nvswitch";  // one of cluster_preset_names() (schedule/cost_model.hpp)
   std::optional<double> tflops;     // kernel rate; the preset's when unset
+  std::optional<double> intra_bandwidth;  // GB/s within a node; the preset's when unset
+  std::optional<double> inter_bandwidth;  // GB/s across nodes; the preset's when unset
+  std::optional<double> latency;          // microseconds per message, both link classes
   bool compare = false;
   bool json = false;
 };

@@ -1,5 +1,6 @@
 #include "plan_command.hpp"
 
+#include <algorithm>
 #include <iomanip>
 #include <map>
 #include <sstream>
@@ -12,6 +13,9 @@
 namespace spattn::app {
 namespace {
 
+// The most ranks whose sources table `spattn plan` prints (see schedule_text).
+constexpr int kMaxRanksWithSources = 128;
+
 // The options with the preset's defaults filled in.
 struct PlanCase {
   Cluster cluster;
@@ -23,10 +27,14 @@ struct PlanCase {
 
 PlanCase plan_case(const PlanOptions& options) {
   PlanCase plan;
-  plan.cluster = cluster_preset(options.preset);
-  if (options.tflops) plan.cluster.kernel_flops = *options.tflops * 1e12;
-  const int ranks_per_node = plan.cluster.ranks_per_node;
-  plan.ranks = options.ranks > 0 ? options.ranks : plan.cluster.nodes * ranks_per_node;
+  Cluster kind = cluster_preset(options.preset);
+  if (options.tflops) kind.kernel_flops = *options.tflops * 1e12;
+  if (options.intra_bandwidth) kind.within_node.bandwidth = *options.intra_bandwidth * 1e9;
+  if (options.inter_bandwidth) kind.across_nodes.bandwidth = *options.inter_bandwidth * 1e9;
+  if (options.latency) kind.within_node.latency = kind.across_nodes.latency = *options.latency * 1e-6;
+  const int ranks_per_node = options.gpus_per_node > 0 ? options.gpus_per_node : kind.ranks_per_node;
+  plan.ranks = options.ranks > 0 ? options.ranks : std::max(options.nodes, 1) * ranks_per_node;
+  plan.cluster = sized_cluster(kind, plan.ranks, options.nodes, ranks_per_node);
   plan.shape.batch = options.batch;
   plan.shape.seq = options.seq > 0 ? options.seq : kPlanTokensPerRank * plan.ranks;
   plan.shape.heads = options.heads;
@@ -34,7 +42,7 @@ PlanCase plan_case(const PlanOptions& options) {
   plan.shape.head_dim = options.head_dim;
   plan.shape.dtype = options.dtype;
   plan.causal = options.causal;
-  plan.strategy_options.nodes = options.nodes > 0 ? options.nodes : (plan.ranks + ranks_per_node - 1) / ranks_per_node;
+  plan.strategy_options.nodes = plan.cluster.nodes;
   plan.strategy_options.inner = options.inner;
   return plan;
 }
@@ -154,7 +162,14 @@ std::string schedule_text(const PlanOptions& options) {
   const CycleSchedule schedule(rotation_cycles(algorithm, plan.ranks, plan.strategy_options.nodes), plan.ranks);
   const StrategyCost cost =
       strategy_cost(plan.cluster, plan.shape, plan.ranks, plan.causal, algorithm, plan.strategy_options);
-  const auto sources = source_table(schedule);
+  // The sources table holds N^2 (N - 1) numbers for a Hamiltonian schedule: 2 million at 128
+  // ranks, a billion at 1024. Past kMaxRanksWithSources the cycles say the same thing (slot c at
+  // step s is cycle c walked s hops back) and the table is left out.
+  const bool with_sources = plan.ranks <= kMaxRanksWithSources;
+  const auto sources = with_sources ? source_table(schedule) : std::vector<std::vector<std::vector<int>>>{};
+  const std::string sources_left_out = "the sources table of " + std::to_string(plan.ranks) +
+                                       " ranks is left out (printed up to " + std::to_string(kMaxRanksWithSources) +
+                                       " ranks): rank r holds at step s the slot c of the rank s hops back along cycle c";
   // Whole slots per link: the traffic of one-byte slots counts them.
   const StepTraffic slots_per_link = rotation_traffic(schedule, 1);
   std::vector<std::vector<int64_t>> link_bytes;
@@ -170,7 +185,9 @@ std::string schedule_text(const PlanOptions& options) {
     text << ", \"preset\": " << json_string(plan.cluster.name) << ", \"slots\": " << schedule.slots()
          << ", \"cycles\": " << json_value(schedule.cycles())
          << ", \"out_mapping\": " << json_value(schedule.out_mapping())
-         << ", \"in_mapping\": " << json_value(schedule.in_mapping()) << ", \"sources\": " << json_value(sources)
+         << ", \"in_mapping\": " << json_value(schedule.in_mapping())
+         << ", \"sources\": " << (with_sources ? json_value(sources) : "null")
+         << ", \"sources_left_out\": " << (with_sources ? "null" : json_string(sources_left_out))
          << ", \"slots_per_link\": " << json_value(slots_per_link.messages)
          << ", \"link_bytes\": " << (cost.applies() ? json_value(link_bytes) : "null")
          << ", \"not_applicable\": " << (cost.applies() ? "null" : json_string(cost.not_applicable)) << "}";
@@ -190,10 +207,12 @@ std::string schedule_text(const PlanOptions& options) {
   text << "out mapping (row r, column p: the slot r sends to p; -1: none):\n"
        << rank_table(schedule.out_mapping())
        << "in mapping (row r, column p: the slot r receives from p and stores as that slot; -1: none):\n"
-       << rank_table(schedule.in_mapping())
-       << "sources (the rank whose slot c rank r holds at step s; under a causal mask a source below r\n"
-          "gives all of r's queries its front half, one above r its whole slot to r's back half):\n";
-  for (int rank = 0; rank < plan.ranks; ++rank) {
+       << rank_table(schedule.in_mapping());
+  if (!with_sources) text << sources_left_out << "\n";
+  else
+    text << "sources (the rank whose slot c rank r holds at step s; under a causal mask a source below r\n"
+            "gives all of r's queries its front half, one above r its whole slot to r's back half):\n";
+  for (int rank = 0; with_sources && rank < plan.ranks; ++rank) {
     text << "  rank " << rank << ", slots 0.." << schedule.slots() - 1 << ":\n";
     for (int step = 0; step < plan.ranks; ++step) {
       text << "    step " << std::setw(3) << step << ":";

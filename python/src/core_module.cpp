@@ -151,9 +151,7 @@ std::vector<std::tuple<std::string, std::string, double, double, std::string>> e
     const std::string& cluster_name, int ranks, int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
     int64_t head_dim, const std::string& dtype, bool causal) {
   SPATTN_CHECK(ranks >= 2, "the cost model compares strategies on 2 or more ranks; got " << ranks);
-  Cluster cluster = cluster_preset(cluster_name);
-  // Ranks beyond one node of the preset fill more nodes of the same kind.
-  cluster.nodes = std::max(cluster.nodes, (ranks + cluster.ranks_per_node - 1) / cluster.ranks_per_node);
+  const Cluster cluster = sized_cluster(cluster_preset(cluster_name), ranks, 0, 0);
   const AttentionShape shape{batch, seq, heads, kv_heads, head_dim, parse_dtype(dtype)};
   StrategyOptions options;
   options.nodes = cluster.nodes;

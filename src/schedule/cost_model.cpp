@@ -17,17 +17,12 @@ constexpr int64_t kFp32Bytes = 4;
 constexpr double kGigabyte = 1e9;
 constexpr double kMicrosecond = 1e-6;
 
+// Every preset is one node of its kind; sized_cluster gives it the nodes a run needs, joined by
+// the preset's across-node links.
 Cluster nvswitch_cluster() {
   Cluster cluster;
   cluster.name = "nvswitch";
   cluster.within_node = {450 * kGigabyte, 10 * kMicrosecond};
-  return cluster;
-}
-
-Cluster two_node_cluster() {
-  Cluster cluster = nvswitch_cluster();
-  cluster.name = "two-node";
-  cluster.nodes = 2;
   cluster.across_nodes = {50 * kGigabyte, 20 * kMicrosecond};
   return cluster;
 }
@@ -37,7 +32,34 @@ Cluster mesh_cluster() {
   cluster.name = "mesh";
   cluster.within_node = {64 * kGigabyte, 10 * kMicrosecond};
   cluster.full_mesh = true;
+  cluster.across_nodes = {50 * kGigabyte, 20 * kMicrosecond};
   return cluster;
+}
+
+Cluster pcie_cluster() {
+  Cluster cluster;
+  cluster.name = "pcie";
+  cluster.within_node = {25 * kGigabyte, 15 * kMicrosecond};
+  cluster.across_nodes = {25 * kGigabyte, 20 * kMicrosecond};
+  cluster.kernel_flops = 400e12;
+  return cluster;
+}
+
+Cluster cpu_cluster() {
+  Cluster cluster;
+  cluster.name = "cpu";
+  cluster.within_node = {5 * kGigabyte, 2 * kMicrosecond};
+  cluster.across_nodes = {3 * kGigabyte, 30 * kMicrosecond};
+  cluster.kernel_flops = 0.05e12;
+  return cluster;
+}
+
+void check_ranks_fit(const Cluster& cluster, int ranks) {
+  const int64_t capacity = int64_t{cluster.nodes} * cluster.ranks_per_node;
+  SPATTN_CHECK(ranks <= capacity, ranks << " ranks do not fit on " << cluster.nodes
+                                        << (cluster.nodes == 1 ? " node" : " nodes") << " of " << cluster.ranks_per_node
+                                        << " ranks (--nodes " << cluster.nodes << ", --gpus-per-node "
+                                        << cluster.ranks_per_node << "): at most " << capacity);
 }
 
 StepTraffic no_traffic(int ranks) {
@@ -375,29 +397,39 @@ void cost_usp(StrategyCost& cost, const Problem& problem, const StrategyOptions&
 }  // namespace
 
 const std::vector<std::string>& cluster_preset_names() {
-  static const std::vector<std::string> names = {"nvswitch", "two-node", "mesh"};
+  static const std::vector<std::string> names = {"nvswitch", "mesh", "pcie", "cpu"};
   return names;
 }
 
 Cluster cluster_preset(const std::string& name) {
   if (name == "nvswitch") return nvswitch_cluster();
-  if (name == "two-node") return two_node_cluster();
   if (name == "mesh") return mesh_cluster();
+  if (name == "pcie") return pcie_cluster();
+  if (name == "cpu") return cpu_cluster();
   std::string allowed;
   for (const std::string& preset : cluster_preset_names()) allowed += (allowed.empty() ? "" : ", ") + preset;
   SPATTN_FAIL("unknown cluster preset '" << name << "'; allowed: " << allowed);
 }
 
+Cluster sized_cluster(const Cluster& kind, int ranks, int nodes, int ranks_per_node) {
+  SPATTN_CHECK(ranks >= 1, "a cluster needs at least 1 rank, got " << ranks);
+  SPATTN_CHECK(nodes >= 0 && ranks_per_node >= 0,
+               "nodes (" << nodes << ") and ranks per node (" << ranks_per_node << ") must be positive, or 0 for the default");
+  Cluster cluster = kind;
+  if (ranks_per_node > 0) cluster.ranks_per_node = ranks_per_node;
+  cluster.nodes = nodes > 0 ? nodes : (ranks + cluster.ranks_per_node - 1) / cluster.ranks_per_node;
+  check_ranks_fit(cluster, ranks);
+  return cluster;
+}
+
 std::string cluster_summary(const Cluster& cluster) {
   std::ostringstream summary;
   summary << cluster.nodes << (cluster.nodes == 1 ? " node" : " nodes") << " of " << cluster.ranks_per_node
-          << " GPUs; within a node " << (cluster.full_mesh ? "a link per pair of " : "a switch, ")
-          << cluster.within_node.bandwidth / kGigabyte << (cluster.full_mesh ? " GB/s" : " GB/s per GPU") << ", "
-          << cluster.within_node.latency / kMicrosecond << " us per message";
-  if (cluster.nodes > 1) {
-    summary << "; across nodes " << cluster.across_nodes.bandwidth / kGigabyte << " GB/s per GPU, "
-            << cluster.across_nodes.latency / kMicrosecond << " us per message";
-  }
+          << " ranks; within a node " << (cluster.full_mesh ? "a link per pair of " : "a switch, ")
+          << cluster.within_node.bandwidth / kGigabyte << (cluster.full_mesh ? " GB/s" : " GB/s per rank") << ", "
+          << cluster.within_node.latency / kMicrosecond << " us per message; across nodes "
+          << cluster.across_nodes.bandwidth / kGigabyte << " GB/s per rank, "
+          << cluster.across_nodes.latency / kMicrosecond << " us per message";
   summary << "; kernel " << cluster.kernel_flops / 1e12 << " TFLOP/s";
   return summary.str();
 }
@@ -417,9 +449,7 @@ StepTraffic rotation_traffic(const CycleSchedule& schedule, int64_t slot_bytes) 
 
 Transfer step_transfer(const Cluster& cluster, const StepTraffic& traffic) {
   const int ranks = static_cast<int>(traffic.bytes.size());
-  SPATTN_CHECK(ranks <= cluster.nodes * cluster.ranks_per_node, ranks << " ranks do not fit on cluster '"
-                                                                      << cluster.name << "' (" << cluster.nodes
-                                                                      << " nodes of " << cluster.ranks_per_node << ")");
+  check_ranks_fit(cluster, ranks);
   SPATTN_CHECK(traffic.messages.size() == traffic.bytes.size(),
                "traffic has bytes for " << ranks << " ranks but messages for " << traffic.messages.size());
   Transfer slowest;
@@ -500,9 +530,7 @@ RankCycles rotation_cycles(Algorithm algorithm, int ranks, int nodes) {
 StrategyCost strategy_cost(const Cluster& cluster, const AttentionShape& shape, int ranks, bool causal,
                            Algorithm algorithm, const StrategyOptions& strategy_options) {
   SPATTN_CHECK(ranks >= 2, "the cost model needs at least 2 ranks, got " << ranks);
-  SPATTN_CHECK(ranks <= cluster.nodes * cluster.ranks_per_node, ranks << " ranks do not fit on cluster '"
-                                                                      << cluster.name << "' (" << cluster.nodes
-                                                                      << " nodes of " << cluster.ranks_per_node << ")");
+  check_ranks_fit(cluster, ranks);
   SPATTN_CHECK(shape.batch > 0 && shape.seq > 0 && shape.heads > 0 && shape.kv_heads > 0 && shape.head_dim > 0,
                "every size of the shape must be positive");
   SPATTN_CHECK(shape.heads % shape.kv_heads == 0,

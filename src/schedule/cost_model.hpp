@@ -51,18 +51,29 @@ struct Cluster {
   double kernel_flops = 500e12;  ///< attention kernel rate, FLOP/s, forward and backward
 };
 
-/// The preset names: "nvswitch", "two-node", "mesh".
+/// The preset names: "nvswitch", "mesh", "pcie", "cpu".
 const std::vector<std::string>& cluster_preset_names();
 
-/// A preset cluster; throws Error naming the presets for an unknown name.
-///   nvswitch: one node of 8 GPUs on NVSwitch, 450 GB/s egress per GPU (H100/H200 NVLink 4),
-///             10 us per message (the order of an NCCL send/recv launch and handshake).
-///   two-node: 2 such nodes; across them 50 GB/s per GPU (one 400 Gb/s NIC each), 20 us.
-///   mesh:     one node of 8 GPUs with a direct 64 GB/s link between every pair (MI300X xGMI
-///             style), 10 us.
-/// Kernel rate 500 TFLOP/s everywhere: dense bf16 attention on an H100 measured 500 to 630
-/// (cuDNN fwd+bwd and fwd, shared/design/field-notes.md).
+/// A preset: one node of its kind, with the links that join such nodes (sized_cluster gives it
+/// more); throws Error naming the presets for an unknown name.
+///   nvswitch: 8 GPUs on NVSwitch, 450 GB/s egress per GPU (H100/H200 NVLink 4), 10 us per
+///             message (the order of an NCCL send/recv launch and handshake); across nodes 50 GB/s
+///             per GPU (one 400 Gb/s InfiniBand NIC each), 20 us. Kernel 500 TFLOP/s: dense bf16
+///             attention on an H100 measured 500 to 630 (cuDNN and the own forward, bench/results).
+///   mesh:     8 GPUs with a direct 64 GB/s link between every pair (MI300X xGMI style), 10 us;
+///             across nodes as nvswitch. Kernel 500 TFLOP/s.
+///   pcie:     8 GPUs behind a PCIe Gen5 switch, 25 GB/s per GPU, 15 us; across nodes 25 GB/s per
+///             GPU (one 200 Gb/s NIC each), 20 us. Kernel 400 TFLOP/s (PCIe cards clock lower).
+///   cpu:      8 processes of one host over shared memory, 5 GB/s per rank, 2 us; across hosts
+///             25 Gb/s Ethernet, 3 GB/s per rank, 30 us. Kernel 0.05 TFLOP/s per rank (the CPU
+///             kernels ran at 120 GFLOP/s on 2 cores, bench/results/cpu-kernels-2026-11-22.txt).
 Cluster cluster_preset(const std::string& name);
+
+/// `kind` (a preset, or one with its links changed) as `nodes` nodes of `ranks_per_node` ranks
+/// (0: kind's ranks per node) for a run of `ranks`: nodes 0 means as many as the ranks fill, in
+/// order. Throws Error naming the values (as --nodes and --gpus-per-node) when the ranks do not
+/// fit.
+Cluster sized_cluster(const Cluster& kind, int ranks, int nodes, int ranks_per_node);
 
 /// One line on the cluster: nodes, GPUs, links and kernel rate.
 std::string cluster_summary(const Cluster& cluster);

@@ -70,8 +70,12 @@ TEST(PlanOptionsTest, EveryOptionWorksInBothForms) {
     add("--kv-heads", "4");
     add("--head-dim", "64");
     add("--dtype", "fp16");
-    add("--preset", "two-node");
+    add("--preset", "mesh");
     add("--tflops", "312.5");
+    add("--gpus-per-node", "4");
+    add("--intra-bandwidth", "100");
+    add("--inter-bandwidth", "12.5");
+    add("--latency", "7");
     for (const char* flag : {"--causal", "--compare", "--json"}) arguments.push_back(flag);
     const PlanOptions options = parse_plan(arguments);
     EXPECT_EQ(options.algorithm, "hamilton2");
@@ -84,8 +88,12 @@ TEST(PlanOptionsTest, EveryOptionWorksInBothForms) {
     EXPECT_EQ(options.kv_heads, 4);
     EXPECT_EQ(options.head_dim, 64);
     EXPECT_EQ(options.dtype, DType::f16);
-    EXPECT_EQ(options.preset, "two-node");
+    EXPECT_EQ(options.preset, "mesh");
     EXPECT_DOUBLE_EQ(*options.tflops, 312.5);
+    EXPECT_EQ(options.gpus_per_node, 4);
+    EXPECT_DOUBLE_EQ(*options.intra_bandwidth, 100);
+    EXPECT_DOUBLE_EQ(*options.inter_bandwidth, 12.5);
+    EXPECT_DOUBLE_EQ(*options.latency, 7);
     EXPECT_TRUE(options.causal);
     EXPECT_TRUE(options.compare);
     EXPECT_TRUE(options.json);
@@ -101,7 +109,7 @@ TEST(PlanOptionsTest, BadValuesAreUsageErrors) {
   EXPECT_THAT(usage_error({"plan", "--nodes", "0"}), HasSubstr("--nodes expects a positive integer, got '0'"));
   EXPECT_THAT(usage_error({"plan", "--inner", "-2"}), HasSubstr("--inner expects a positive integer"));
   EXPECT_EQ(usage_error({"plan", "--preset", "dgx"}),
-            "spattn: --preset expects one of nvswitch, two-node, mesh, got 'dgx'");
+            "spattn: --preset expects one of nvswitch, mesh, pcie, cpu, got 'dgx'");
   for (const char* rate : {"0", "-5", "inf", "fast"})
     EXPECT_THAT(usage_error({"plan", "--tflops", rate}), HasSubstr("--tflops expects a finite number > 0"));
   EXPECT_THAT(usage_error({"plan", "--dtype", "fp8"}), HasSubstr("--dtype:"));
@@ -118,7 +126,7 @@ TEST(PlanOptionsTest, UsageTextDocumentsThePlanOptionsAndPresets) {
   const std::string text = usage_text();
   for (const char* option : {"options of 'spattn plan'", "--ranks N", "--nodes U", "--inner N1", "--preset NAME",
                              "--tflops R", "--compare", "(default 8192 per rank)", "ring, zigzag, hamilton, hamilton2",
-                             "  nvswitch", "  two-node", "  mesh", "450 GB/s per GPU"}) {
+                             "  nvswitch", "  mesh", "  pcie", "  cpu", "--gpus-per-node G", "--intra-bandwidth GBPS", "450 GB/s per rank"}) {
     EXPECT_THAT(text, HasSubstr(option));
   }
 }
@@ -145,7 +153,7 @@ TEST(PlanCommandTest, JsonHasTheCyclesAndBothMappings) {
                           HasSubstr("\"in_mapping\": [[-1, -1, 0], [0, -1, -1], [-1, 0, -1]]"),
                           HasSubstr("\"sources\": [[[0], [2], [1]], [[1], [0], [2]], [[2], [1], [0]]]"),
                           HasSubstr("\"not_applicable\": null")));
-  EXPECT_THAT(plan({"--algo", "hamilton2", "--ranks", "16", "--preset", "two-node", "--json"}),
+  EXPECT_THAT(plan({"--algo", "hamilton2", "--ranks", "16", "--json"}),
               AllOf(HasSubstr("\"nodes\": 2"), HasSubstr("\"slots\": 8")));
 }
 
@@ -159,10 +167,17 @@ TEST(PlanCommandTest, ImpossibleSchedulesAreRuntimeErrors) {
       EXPECT_EQ(exit_status([&] { plan({"--algo", "hamilton", "--ranks", ranks}); }), 1);
     }
   }
-  // One node has no two-level scheme; more ranks than the preset has.
+  // One node has no two-level scheme; more ranks than the nodes asked for hold.
   EXPECT_EQ(exit_status([] { plan({"--algo", "hamilton2", "--ranks", "8"}); }), 1);
-  EXPECT_EQ(exit_status([] { plan({"--algo", "ring", "--ranks", "9"}); }), 1);
-  EXPECT_EQ(exit_status([] { plan({"--compare", "--ranks", "32", "--preset", "two-node"}); }), 1);
+  EXPECT_EQ(exit_status([] { plan({"--algo", "ring", "--ranks", "9", "--nodes", "1"}); }), 1);
+  EXPECT_EQ(exit_status([] { plan({"--compare", "--ranks", "32", "--nodes", "2"}); }), 1);
+  try {
+    plan({"--compare", "--ranks", "32", "--nodes", "2", "--gpus-per-node", "4"});
+    ADD_FAILURE() << "no Error for 32 ranks on 2 nodes of 4";
+  } catch (const Error& error) {
+    EXPECT_STREQ(error.what(),
+                 "spattn: 32 ranks do not fit on 2 nodes of 4 ranks (--nodes 2, --gpus-per-node 4): at most 8");
+  }
 }
 
 TEST(PlanCommandTest, CompareListsEveryStrategyAndWhyOneDoesNotApply) {
@@ -171,13 +186,33 @@ TEST(PlanCommandTest, CompareListsEveryStrategyAndWhyOneDoesNotApply) {
   EXPECT_THAT(text, AllOf(HasSubstr("model of 8 ranks on nvswitch"), HasSubstr("S = 65536 (8192 per rank)"),
                           HasSubstr("hamilton   n/a: S (65536) must be a multiple of 2*N*(N-1) = 112"),
                           HasSubstr("hamilton2  n/a: the two-level scheme needs at least 2 nodes")));
-  const std::string json = plan({"--compare", "--preset", "two-node", "--json"});
+  const std::string json = plan({"--compare", "--nodes", "2", "--json"});
   EXPECT_THAT(json,
               AllOf(HasSubstr("\"ranks\": 16"), HasSubstr("\"strategies\": [{\"algo\": \"ring\""),
                     HasSubstr("\"algo\": \"usp\", \"not_applicable\": null, \"configuration\": \"Ulysses 8 x ring 2\""),
                     HasSubstr("\"forward_backward_s\": "), Not(HasSubstr("inf")), Not(HasSubstr("nan"))));
   // --tflops replaces the preset's kernel rate.
   EXPECT_THAT(plan({"--compare", "--tflops", "250"}), HasSubstr("kernel 250 TFLOP/s"));
+}
+
+TEST(PlanCommandTest, ClustersOfAnySize) {
+  // Ranks beyond one node fill more nodes of the preset's kind (16 Hamiltonian ranks used to be
+  // refused on the one-node preset).
+  EXPECT_THAT(plan({"--algo", "hamilton", "--ranks", "16", "--json"}),
+              AllOf(HasSubstr("\"ranks\": 16"), HasSubstr("\"slots\": 15")));
+  EXPECT_THAT(plan({"--compare", "--ranks", "64", "--causal", "--json"}),
+              AllOf(HasSubstr("\"nodes\": 8"), HasSubstr("\"ranks_per_node\": 8"), Not(HasSubstr("nan"))));
+  const std::string sized = plan({"--compare", "--nodes", "4", "--gpus-per-node", "2", "--intra-bandwidth", "100",
+                                  "--inter-bandwidth", "12.5", "--latency", "7", "--preset", "pcie"});
+  EXPECT_THAT(sized, AllOf(HasSubstr("model of 8 ranks on pcie"), HasSubstr("4 nodes of 2 ranks"),
+                           HasSubstr("a switch, 100 GB/s per rank, 7 us per message"),
+                           HasSubstr("across nodes 12.5 GB/s per rank, 7 us per message"), HasSubstr("kernel 400")));
+  EXPECT_THAT(plan({"--compare", "--preset", "cpu", "--ranks", "3"}), HasSubstr("kernel 0.05 TFLOP/s"));
+  // Past 128 ranks the sources table (N^2 (N-1) numbers) is left out; the cycles and mappings stay.
+  EXPECT_THAT(plan({"--algo", "hamilton", "--ranks", "129", "--json"}),
+              AllOf(HasSubstr("\"ranks\": 129"), HasSubstr("\"slots\": 128"), HasSubstr("\"in_mapping\": [["),
+                    HasSubstr("\"sources\": null"), HasSubstr("left out (printed up to 128 ranks)")));
+  EXPECT_THAT(plan({"--algo", "hamilton", "--ranks", "128", "--json"}), HasSubstr("\"sources_left_out\": null"));
 }
 
 }  // namespace

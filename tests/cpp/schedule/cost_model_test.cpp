@@ -217,7 +217,7 @@ TEST(CostModel, RingIsComputeBoundForLongSequencesAndTransferBoundForShortOnes) 
 }
 
 TEST(CostModel, TwoLevelSendsOneMthOfTheRingsBytesAcrossNodes) {
-  const Cluster two_node = cluster_preset("two-node");
+  const Cluster two_node = sized_cluster(cluster_preset("nvswitch"), 16, 2, 0);
   const AttentionShape shape = llm_shape(8192, 16);
   const StrategyCost ring = cost_of(Algorithm::ring, two_node, shape, 16, true);
   const StrategyCost hamilton2 = cost_of(Algorithm::hamilton2, two_node, shape, 16, true, StrategyOptions{2, 0});
@@ -261,7 +261,7 @@ TEST(CostModel, StrategiesThatCannotRunSayWhy) {
   // Heads: Ulysses needs whole heads per rank; usp's degree must divide the ranks.
   AttentionShape gqa = llm_shape(8192, 16);
   gqa.kv_heads = 8;
-  const Cluster two_node = cluster_preset("two-node");
+  const Cluster two_node = sized_cluster(cluster_preset("nvswitch"), 16, 2, 0);
   EXPECT_TRUE(cost_of(Algorithm::ulysses, two_node, gqa, 16).applies());
   AttentionShape few_heads = gqa;
   few_heads.heads = 24;
@@ -297,7 +297,7 @@ TEST(CostModel, UlyssesReplicatesTheKvHeadsSeveralRanksRead) {
 }
 
 TEST(CostModel, UspTradesUlyssesAllToAllsForLongerRingSteps) {
-  const Cluster two_node = cluster_preset("two-node");
+  const Cluster two_node = sized_cluster(cluster_preset("nvswitch"), 16, 2, 0);
   const AttentionShape shape = llm_shape(8192, 16);
   const StrategyCost zigzag = cost_of(Algorithm::zigzag, two_node, shape, 16, true);
   const StrategyCost usp = cost_of(Algorithm::usp, two_node, shape, 16, true, StrategyOptions{1, 8});
@@ -319,7 +319,7 @@ TEST(CostModel, UspTradesUlyssesAllToAllsForLongerRingSteps) {
 }
 
 TEST(CostModel, TimesGrowWithTheSequence) {
-  const Cluster two_node = cluster_preset("two-node");
+  const Cluster two_node = sized_cluster(cluster_preset("nvswitch"), 16, 2, 0);
   for (Algorithm algorithm : all_algorithms())
     for (bool causal : {false, true}) {
       double previous_forward = 0;
@@ -339,8 +339,25 @@ TEST(CostModel, TimesGrowWithTheSequence) {
 }
 
 TEST(CostModel, PresetsAndComparisonOrder) {
-  EXPECT_EQ(cluster_preset_names(), (std::vector<std::string>{"nvswitch", "two-node", "mesh"}));
-  const Cluster two_node = cluster_preset("two-node");
+  EXPECT_EQ(cluster_preset_names(), (std::vector<std::string>{"nvswitch", "mesh", "pcie", "cpu"}));
+  for (const std::string& name : cluster_preset_names()) {
+    const Cluster preset = cluster_preset(name);
+    EXPECT_EQ(preset.nodes, 1) << name;
+    EXPECT_GT(preset.across_nodes.bandwidth, 0) << name << " must say how its nodes are joined";
+  }
+  // Sized for a run: nodes as the ranks fill them, or as asked; the ranks must fit.
+  EXPECT_EQ(sized_cluster(cluster_preset("nvswitch"), 1024, 0, 0).nodes, 128);
+  EXPECT_EQ(sized_cluster(cluster_preset("nvswitch"), 9, 0, 0).nodes, 2);
+  EXPECT_EQ(sized_cluster(cluster_preset("nvswitch"), 12, 0, 4).nodes, 3);
+  EXPECT_EQ(sized_cluster(cluster_preset("nvswitch"), 4, 3, 0).nodes, 3);
+  try {
+    sized_cluster(cluster_preset("mesh"), 17, 2, 0);
+    ADD_FAILURE() << "no Error";
+  } catch (const Error& error) {
+    EXPECT_THAT(error.what(), HasSubstr("17 ranks do not fit on 2 nodes of 8 ranks (--nodes 2, --gpus-per-node 8): "
+                                        "at most 16"));
+  }
+  const Cluster two_node = sized_cluster(cluster_preset("nvswitch"), 16, 2, 0);
   EXPECT_EQ(two_node.nodes * two_node.ranks_per_node, 16);
   EXPECT_DOUBLE_EQ(two_node.across_nodes.bandwidth, 50e9);
   EXPECT_DOUBLE_EQ(two_node.kernel_flops, 500e12);
@@ -350,7 +367,7 @@ TEST(CostModel, PresetsAndComparisonOrder) {
     cluster_preset("torus");
     ADD_FAILURE() << "no Error";
   } catch (const Error& error) {
-    EXPECT_THAT(error.what(), HasSubstr("unknown cluster preset 'torus'; allowed: nvswitch, two-node, mesh"));
+    EXPECT_THAT(error.what(), HasSubstr("unknown cluster preset 'torus'; allowed: nvswitch, mesh, pcie, cpu"));
   }
   const std::vector<StrategyCost> costs = compare_strategies(two_node, llm_shape(8192, 16), 16, true);
   ASSERT_EQ(costs.size(), all_algorithms().size());

@@ -166,6 +166,20 @@ TEST(HamiltonianDecomposition, EveryRankCountUpTo64UsesEveryLinkOnce) {
   }
 }
 
+TEST(HamiltonianDecomposition, LargeRankCountsUpTo1024UseEveryLinkOnce) {
+  // What `spattn plan --ranks N` prints for multi-node clusters (issue 19: up to 1024 ranks).
+  for (const int ranks : {127, 128, 255, 256, 513, 1000, 1023, 1024}) {
+    SCOPED_TRACE("ranks " + std::to_string(ranks));
+    ASSERT_EQ(hamiltonian_decomposition_error(ranks), "");
+    const RankCycles cycles = hamiltonian_decomposition(ranks);
+    ASSERT_EQ(static_cast<int>(cycles.size()), ranks - 1);
+    for (const std::vector<int>& cycle : cycles) expect_permutation_of_ranks(cycle, ranks);
+    const Table uses = arc_uses(cycles, ranks);
+    for (int from = 0; from < ranks; ++from)
+      for (int to = 0; to < ranks; ++to) ASSERT_EQ(uses[at(from)][at(to)], from == to ? 0 : 1) << from << " -> " << to;
+  }
+}
+
 TEST(HamiltonianDecomposition, SmallRankCounts) {
   EXPECT_TRUE(hamiltonian_decomposition(1).empty());
   EXPECT_EQ(hamiltonian_decomposition(2), (RankCycles{{0, 1}}));
