@@ -156,6 +156,19 @@ std::string link_summary(const PlanCase& plan, const CycleSchedule& schedule, co
   return text.str();
 }
 
+// The cluster's size, links and kernel rate as one JSON object.
+std::string cluster_json(const Cluster& cluster) {
+  std::ostringstream json;
+  json << "{\"nodes\": " << cluster.nodes << ", \"ranks_per_node\": " << cluster.ranks_per_node
+       << ", \"full_mesh\": " << json_value(cluster.full_mesh)
+       << ", \"within_node_bandwidth\": " << json_value(cluster.within_node.bandwidth)
+       << ", \"within_node_latency\": " << json_value(cluster.within_node.latency)
+       << ", \"across_nodes_bandwidth\": " << json_value(cluster.across_nodes.bandwidth)
+       << ", \"across_nodes_latency\": " << json_value(cluster.across_nodes.latency)
+       << ", \"kernel_flops\": " << json_value(cluster.kernel_flops) << "}";
+  return json.str();
+}
+
 std::string schedule_text(const PlanOptions& options) {
   const PlanCase plan = plan_case(options);
   const Algorithm algorithm = parse_algorithm(options.algorithm);
@@ -182,7 +195,8 @@ std::string schedule_text(const PlanOptions& options) {
   if (options.json) {
     text << "{\"algo\": " << json_string(options.algorithm) << ", \"ranks\": " << plan.ranks;
     if (algorithm == Algorithm::hamilton2) text << ", \"nodes\": " << plan.strategy_options.nodes;
-    text << ", \"preset\": " << json_string(plan.cluster.name) << ", \"slots\": " << schedule.slots()
+    text << ", \"preset\": " << json_string(plan.cluster.name) << ", \"cluster\": " << cluster_json(plan.cluster)
+         << ", \"slots\": " << schedule.slots()
          << ", \"cycles\": " << json_value(schedule.cycles())
          << ", \"out_mapping\": " << json_value(schedule.out_mapping())
          << ", \"in_mapping\": " << json_value(schedule.in_mapping())
@@ -246,13 +260,8 @@ std::string comparison_json(const PlanCase& plan, const std::vector<StrategyCost
   const Cluster& cluster = plan.cluster;
   const AttentionShape& shape = plan.shape;
   std::ostringstream json;
-  json << "{\"preset\": " << json_string(cluster.name) << ", \"cluster\": {\"nodes\": " << cluster.nodes
-       << ", \"ranks_per_node\": " << cluster.ranks_per_node << ", \"full_mesh\": " << json_value(cluster.full_mesh)
-       << ", \"within_node_bandwidth\": " << json_value(cluster.within_node.bandwidth)
-       << ", \"within_node_latency\": " << json_value(cluster.within_node.latency)
-       << ", \"across_nodes_bandwidth\": " << json_value(cluster.across_nodes.bandwidth)
-       << ", \"across_nodes_latency\": " << json_value(cluster.across_nodes.latency)
-       << ", \"kernel_flops\": " << json_value(cluster.kernel_flops) << "}, \"ranks\": " << plan.ranks
+  json << "{\"preset\": " << json_string(cluster.name) << ", \"cluster\": " << cluster_json(cluster)
+       << ", \"ranks\": " << plan.ranks
        << ", \"shape\": {\"batch\": " << shape.batch << ", \"seq\": " << shape.seq << ", \"heads\": " << shape.heads
        << ", \"kv_heads\": " << shape.kv_heads << ", \"head_dim\": " << shape.head_dim
        << ", \"dtype\": " << json_string(dtype_name(shape.dtype)) << "}, \"causal\": " << json_value(plan.causal)

@@ -199,7 +199,8 @@ TEST(PlanCommandTest, ClustersOfAnySize) {
   // Ranks beyond one node fill more nodes of the preset's kind (16 Hamiltonian ranks used to be
   // refused on the one-node preset).
   EXPECT_THAT(plan({"--algo", "hamilton", "--ranks", "16", "--json"}),
-              AllOf(HasSubstr("\"ranks\": 16"), HasSubstr("\"slots\": 15")));
+              AllOf(HasSubstr("\"ranks\": 16"), HasSubstr("\"slots\": 15"),
+                    HasSubstr("\"cluster\": {\"nodes\": 2, \"ranks_per_node\": 8")));
   EXPECT_THAT(plan({"--compare", "--ranks", "64", "--causal", "--json"}),
               AllOf(HasSubstr("\"nodes\": 8"), HasSubstr("\"ranks_per_node\": 8"), Not(HasSubstr("nan"))));
   const std::string sized = plan({"--compare", "--nodes", "4", "--gpus-per-node", "2", "--intra-bandwidth", "100",
