@@ -265,7 +265,7 @@ const OptionTable<PlanOptions>& plan_option_table() {
         [](PlanOptions& options, const std::string& value) {
           options.gpus_per_node = parse_count("--gpus-per-node", value, 1);
         }},
-       {"--inner", "N1", "usp: Ulysses degree (default: the largest that divides N and H within a node)",
+       {"--inner", "N1", "usp: Ulysses degree, ranks per group (default: the largest dividing N, H and HK, as run)",
         [](PlanOptions& options, const std::string& value) { options.inner = parse_count("--inner", value, 1); }},
        {"--causal", nullptr, "causal mask: query i sees keys j <= i",
         [](PlanOptions& options, const std::string&) { options.causal = true; }}},

@@ -2,8 +2,9 @@
 
 Drop-in functions with ring-flash-attn's signatures (ring_flash_attn_func, zigzag_ring_flash_attn_func,
 their kvpacked/qkvpacked forms) and the same shape for every other spattn strategy
-(ulysses_attn_func, hamilton_attn_func, allgather_attn_func, usp_attn_func), the UlyssesAttention
-module, and auto_select (the strategy the cost model expects to be fastest). CPU tensors run over
+(ulysses_attn_func, hamilton_attn_func, hamilton2_attn_func, allgather_attn_func, usp_attn_func),
+the UlyssesAttention module, and auto_select (the strategy the cost model expects to be fastest,
+as a function to call). CPU tensors run over
 MPI (launch with mpiexec); CUDA tensors over NCCL in a SPATTN_CUDA=ON build (in progress). Call
 setup_distributed() first.
 """
@@ -19,6 +20,7 @@ from .functional import (
     DistributedAttentionFunction,
     allgather_attn_func,
     attention_function,
+    hamilton2_attn_func,
     hamilton_attn_func,
     ring_flash_attn_func,
     ring_flash_attn_kvpacked_func,
@@ -32,7 +34,7 @@ from .functional import (
 from .layout import SequenceLayout, sequence_layout
 from .modules import UlyssesAttention
 from .plans import cached_plan_count, clear_plan_cache
-from .selection import StrategyEstimate, auto_select, estimate_strategies
+from .selection import SelectedStrategy, StrategyEstimate, auto_select, estimate_strategies
 
 __version__ = _core.build_info()["version"]
 
@@ -46,6 +48,7 @@ __all__ = [
     "DistributedAttentionFunction",
     "allgather_attn_func",
     "attention_function",
+    "hamilton2_attn_func",
     "hamilton_attn_func",
     "ring_flash_attn_func",
     "ring_flash_attn_kvpacked_func",
@@ -60,6 +63,7 @@ __all__ = [
     "cached_plan_count",
     "clear_plan_cache",
     "UlyssesAttention",
+    "SelectedStrategy",
     "StrategyEstimate",
     "auto_select",
     "estimate_strategies",

@@ -20,6 +20,9 @@ def parse_kernel_choice(name: str) -> str:
 def set_cpu_threads(threads: int) -> None: ...
 def cpu_threads() -> int: ...
 def cluster_presets() -> List[str]: ...
+def cluster_nodes(cluster: str, ranks: int) -> int:
+    """The nodes `ranks` fill, in nodes of the preset's size (what estimate_strategies assumes when
+    not told)."""
 def estimate_strategies(
     cluster: str,
     ranks: int,
@@ -30,9 +33,11 @@ def estimate_strategies(
     head_dim: int,
     dtype: str,
     causal: bool,
+    nodes: int = 0,
 ) -> List[Tuple[str, str, float, float, str]]:
     """(algorithm, configuration, forward s, forward+backward s, why not) per algorithm, the
-    applicable ones first, fastest first."""
+    applicable ones first, fastest first; nodes: how many the ranks spread over (0: nodes of the
+    preset's size)."""
 
 class Communicator:
     """A group of ranks that spattn's plans transfer over."""

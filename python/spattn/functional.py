@@ -93,7 +93,7 @@ def _argument_error(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p
 def _attention(algorithm: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float,
                softmax_scale: Optional[float], causal: bool, window_size: Tuple[int, int],
                alibi_slopes: Optional[torch.Tensor], return_attn_probs: bool, group: Any,
-               kernel: str) -> AttentionResult:
+               kernel: str, **degrees: Any) -> AttentionResult:
     device = q.device if isinstance(q, torch.Tensor) else torch.device("cpu")
     # A group or device that cannot work fails alike on every rank, before any exchange.
     communicator = communicator_for(device, group)
@@ -104,7 +104,7 @@ def _attention(algorithm: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     plan = get_plan(communicator, algorithm, batch=batch, local_seq=local_seq, heads=heads, kv_heads=k.shape[2],
                     head_dim=head_dim, dtype=dtype_name("q", q.dtype), causal=causal,
                     window_size=(int(window_size[0]), int(window_size[1])), softmax_scale=softmax_scale,
-                    kernel=kernel)
+                    kernel=kernel, **degrees)
     out, lse = DistributedAttentionFunction.apply(q, k, v, plan)
     return (out, lse, None) if return_attn_probs else out
 
@@ -188,6 +188,15 @@ def hamilton_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
                       return_attn_probs, group, kernel)
 
 
+def hamilton2_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                        alibi_slopes=None, deterministic=False, return_attn_probs=False,
+                        group=None, *, nodes: int, kernel="auto") -> AttentionResult:
+    """Two-level Hamiltonian attention for `nodes` nodes of m = N / nodes consecutive ranks (m even,
+    or 1): m slots per step, one of them across nodes; zigzag layout when causal, else contiguous."""
+    return _attention("hamilton2", q, k, v, dropout_p, softmax_scale, causal, window_size, alibi_slopes,
+                      return_attn_probs, group, kernel, nodes=nodes)
+
+
 def allgather_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
                         alibi_slopes=None, deterministic=False, return_attn_probs=False,
                         group=None, *, kernel="auto") -> AttentionResult:
@@ -198,14 +207,15 @@ def allgather_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False
 
 def usp_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
                   alibi_slopes=None, deterministic=False, return_attn_probs=False,
-                  group=None, *, kernel="auto") -> AttentionResult:
-    """USP: Ulysses inside groups of the largest degree dividing N, H and HK, zigzag ring across groups."""
+                  group=None, *, inner: int = 0, across: str = "zigzag", kernel="auto") -> AttentionResult:
+    """USP: Ulysses inside groups of `inner` consecutive ranks (0: the largest degree dividing N, H and
+    HK), then `across` ("zigzag", "ring" or "hamilton") over the N / inner groups."""
     return _attention("usp", q, k, v, dropout_p, softmax_scale, causal, window_size, alibi_slopes,
-                      return_attn_probs, group, kernel)
+                      return_attn_probs, group, kernel, inner=inner, across=across)
 
 
-# The function of each algorithm that takes separate q, k, v (hamilton2 needs nodes of several
-# ranks and has no wrapper in this package).
+# The function of each algorithm that takes separate q, k, v and no degree it cannot default
+# (hamilton2_attn_func needs nodes=).
 ATTENTION_FUNCTIONS = {
     "ring": ring_flash_attn_func,
     "zigzag": zigzag_ring_flash_attn_func,
@@ -221,5 +231,6 @@ def attention_function(algorithm: str):
     try:
         return ATTENTION_FUNCTIONS[algorithm]
     except KeyError:
-        raise ValueError(f"algorithm {algorithm!r} has no function here; allowed: "
+        hint = " (hamilton2_attn_func takes nodes=)" if algorithm == "hamilton2" else ""
+        raise ValueError(f"algorithm {algorithm!r} has no function of ring-flash-attn's signature{hint}; allowed: "
                          f"{', '.join(ATTENTION_FUNCTIONS)}") from None

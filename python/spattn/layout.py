@@ -75,12 +75,13 @@ class SequenceLayout:
 
 
 def sequence_layout(algorithm: str, seq_len: int, heads: int, kv_heads: Optional[int] = None, *,
-                    causal: bool = False, group: Any = None,
-                    device: Optional[torch.device] = None) -> SequenceLayout:
-    """The layout that `algorithm` ("ring", "zigzag", "ulysses", "hamilton", "allgather", "usp")
-    uses for a global sequence of `seq_len` tokens with these head counts and mask, over `group`
-    for tensors on `device` (default: the current CUDA device where spattn.setup_distributed chose
-    CUDA, else the CPU). Collective (it makes a plan): call it on every rank. Raises
+                    causal: bool = False, group: Any = None, device: Optional[torch.device] = None,
+                    nodes: int = 1, inner: int = 0, across: str = "zigzag") -> SequenceLayout:
+    """The layout that `algorithm` ("ring", "zigzag", "ulysses", "hamilton", "hamilton2",
+    "allgather", "usp") uses for a global sequence of `seq_len` tokens with these head counts,
+    mask and degrees (`nodes` of hamilton2; `inner`, `across` of usp), over `group` for tensors on
+    `device` (default: the current CUDA device where spattn.setup_distributed chose CUDA, else the
+    CPU). Collective (it makes a plan): call it on every rank. Raises
     spattn.SpattnError when seq_len does not split this way, naming the nearest lengths that do."""
     device = torch.device(device) if device is not None else default_device()
     communicator = communicator_for(device, group)
@@ -90,5 +91,6 @@ def sequence_layout(algorithm: str, seq_len: int, heads: int, kv_heads: Optional
     # A plan of the smallest shape the device's kernels take: the layout depends on none of it.
     dtype, head_dim = ("bf16", 8) if device.type == "cuda" else ("fp32", 1)
     plan = get_plan(communicator, algorithm, batch=1, local_seq=seq_len // world_size, heads=heads,
-                    kv_heads=heads if kv_heads is None else kv_heads, head_dim=head_dim, dtype=dtype, causal=causal)
+                    kv_heads=heads if kv_heads is None else kv_heads, head_dim=head_dim, dtype=dtype, causal=causal,
+                    nodes=nodes, inner=inner, across=across)
     return SequenceLayout(plan)

@@ -146,12 +146,15 @@ class Plan {
 
 // The cost model's estimate of every algorithm for one shape on a preset cluster, best first
 // among those that apply: (algorithm, configuration, forward seconds, forward+backward seconds,
-// why not ("" when it applies)).
+// why not ("" when it applies)). `nodes`: how many nodes the ranks are spread over, equally and in
+// order; 0: as many as they fill, in nodes of the preset's size.
 std::vector<std::tuple<std::string, std::string, double, double, std::string>> estimate_strategies(
     const std::string& cluster_name, int ranks, int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
-    int64_t head_dim, const std::string& dtype, bool causal) {
+    int64_t head_dim, const std::string& dtype, bool causal, int nodes) {
   SPATTN_CHECK(ranks >= 2, "the cost model compares strategies on 2 or more ranks; got " << ranks);
-  const Cluster cluster = sized_cluster(cluster_preset(cluster_name), ranks, 0, 0);
+  SPATTN_CHECK(nodes >= 0 && (nodes == 0 || ranks % nodes == 0),
+               "nodes " << nodes << " must divide the " << ranks << " ranks (or be 0: nodes of the preset's size)");
+  const Cluster cluster = sized_cluster(cluster_preset(cluster_name), ranks, nodes, nodes > 0 ? ranks / nodes : 0);
   const AttentionShape shape{batch, seq, heads, kv_heads, head_dim, parse_dtype(dtype)};
   StrategyOptions options;
   options.nodes = cluster.nodes;
@@ -223,10 +226,16 @@ NB_MODULE(_core, m) {
   m.def("cpu_threads", &cpu_threads, "Threads the CPU kernels use in this process.");
 
   m.def("cluster_presets", &cluster_preset_names, "The cluster presets estimate_strategies takes.");
+  m.def(
+      "cluster_nodes",
+      [](const std::string& cluster, int ranks) { return sized_cluster(cluster_preset(cluster), ranks, 0, 0).nodes; },
+      "cluster"_a, "ranks"_a, "The nodes `ranks` fill, in nodes of the preset's size (what estimate_strategies "
+      "assumes when not told).");
   m.def("estimate_strategies", &estimate_strategies, "cluster"_a, "ranks"_a, "batch"_a, "seq"_a, "heads"_a,
-        "kv_heads"_a, "head_dim"_a, "dtype"_a, "causal"_a,
+        "kv_heads"_a, "head_dim"_a, "dtype"_a, "causal"_a, "nodes"_a = 0,
         "The cost model's (algorithm, configuration, forward s, forward+backward s, why not) for every "
-        "algorithm, the applicable ones first, fastest first.");
+        "algorithm, the applicable ones first, fastest first; nodes: how many the ranks spread over "
+        "(0: nodes of the preset's size).");
 
   nb::class_<Communicator>(m, "Communicator", "A group of ranks that spattn's plans transfer over.")
       .def_prop_ro("rank", &Communicator::rank)

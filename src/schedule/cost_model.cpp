@@ -4,6 +4,7 @@
 #include <functional>
 #include <sstream>
 
+#include "schedule/ulysses_degree.hpp"
 #include "spattn/error.hpp"
 
 namespace spattn {
@@ -342,13 +343,6 @@ void cost_allgather(StrategyCost& cost, const Problem& problem) {
                      group_all_to_all(ranks, ranks, {k_gradient_shard, k_gradient_shard}));
 }
 
-// The largest divisor of `ranks` that divides the query heads and fits in one node.
-int default_ulysses_degree(const Problem& problem) {
-  for (int degree = std::min(problem.ranks, problem.cluster.ranks_per_node); degree > 1; --degree)
-    if (problem.ranks % degree == 0 && problem.shape.heads % degree == 0) return degree;
-  return 1;
-}
-
 // Ulysses inside groups of N1 consecutive ranks, then a zigzag ring over the N2 = N/N1 groups:
 // rank i of group g exchanges with rank i of groups g +- 1 the K,V of the group's S/N2 tokens
 // for its kv heads (HK/N1 when N1 divides HK), 2*B*(S/N2)*(HK/N1)*D*e = 2*B*(S/N)*HK*D*e bytes
@@ -357,13 +351,9 @@ int default_ulysses_degree(const Problem& problem) {
 void cost_usp(StrategyCost& cost, const Problem& problem, const StrategyOptions& options) {
   const int ranks = problem.ranks;
   const AttentionShape& shape = problem.shape;
-  const int inner = options.inner > 0 ? options.inner : default_ulysses_degree(problem);
-  if (ranks % inner != 0) {
-    cost.not_applicable =
-        "the Ulysses degree (" + std::to_string(inner) + ") must divide the ranks (" + std::to_string(ranks) + ")";
-    return;
-  }
-  for (const std::string& reason : {heads_multiple_error(shape.heads, inner, "Ulysses degree"),
+  // The degree and its refusal exactly as `spattn run` has them (schedule/ulysses_degree.hpp).
+  const int inner = resolved_ulysses_degree(ranks, options.inner, shape);
+  for (const std::string& reason : {ulysses_degree_error(ranks, inner, shape),
                                     sequence_multiple_error(shape.seq, 2 * static_cast<int64_t>(ranks), "2*N")}) {
     if (!reason.empty()) {
       cost.not_applicable = reason;

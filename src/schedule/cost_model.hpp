@@ -143,9 +143,9 @@ std::string rotation_cycles_error(Algorithm algorithm, int ranks, int nodes);
 /// The cost of `algorithm` on `ranks` ranks (at least 2) of `cluster`. Preconditions of the
 /// algorithm that fail (no decomposition, divisibility, head counts) give not_applicable; an
 /// invalid shape, or more ranks than the cluster has, throw Error.
-/// strategy_options.nodes: hamilton2's node count; .inner: usp's Ulysses degree (0: the largest
-/// divisor of ranks that divides heads and fits in one node). Ulysses and usp give a rank the kv
-/// heads its query heads read, replicated when fewer kv heads than ranks.
+/// strategy_options.nodes: hamilton2's node count; .inner: usp's Ulysses degree, chosen and
+/// refused as `spattn run` does (schedule/ulysses_degree.hpp). Ulysses gives a rank the kv heads
+/// its query heads read, replicated when fewer kv heads than ranks.
 StrategyCost strategy_cost(const Cluster& cluster, const AttentionShape& shape, int ranks, bool causal,
                            Algorithm algorithm, const StrategyOptions& strategy_options = {});
 

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "kernels/block_kernels.hpp"
+#include "schedule/ulysses_degree.hpp"
 #include "spattn/distributed_attention.hpp"
 #include "strategies/call_validation.hpp"
 #include "strategies/device_buffer.hpp"
@@ -535,34 +536,6 @@ std::string heads_split_error(const AttentionShape& shape, int ranks) {
          ") must be divisible by ranks (" + std::to_string(ranks) + "); use zigzag, ring or usp for this head count";
 }
 
-// Whether `ranks_per_group` ranks can form USP's groups: they split the ranks, the query heads
-// and the kv heads (a kv head split over a group's ranks would need its gradient summed in the
-// input dtype).
-bool valid_inner(int ranks, int ranks_per_group, const AttentionShape& shape) {
-  return ranks_per_group >= 1 && ranks % ranks_per_group == 0 && shape.heads % ranks_per_group == 0 &&
-         shape.kv_heads % ranks_per_group == 0;
-}
-
-// The Ulysses degree USP uses for StrategyOptions::inner: the largest valid one for 0.
-int resolved_inner(int ranks, int inner, const AttentionShape& shape) {
-  if (inner != 0) return inner;
-  int largest = 1;
-  for (int ranks_per_group = 1; ranks_per_group <= ranks; ++ranks_per_group)
-    if (valid_inner(ranks, ranks_per_group, shape)) largest = ranks_per_group;
-  return largest;
-}
-
-std::string inner_error(int ranks, int inner, const AttentionShape& shape) {
-  if (valid_inner(ranks, inner, shape)) return "";
-  std::ostringstream message;
-  message << "usp: inner (" << inner << ") must be at least 1 and divide ranks (" << ranks << "), heads ("
-          << shape.heads << ") and kv_heads (" << shape.kv_heads << "); valid inner values here:";
-  for (int ranks_per_group = 1; ranks_per_group <= ranks; ++ranks_per_group)
-    if (valid_inner(ranks, ranks_per_group, shape)) message << " " << ranks_per_group;
-  message << " (0 chooses the largest)";
-  return message.str();
-}
-
 }  // namespace
 
 std::unique_ptr<Strategy> make_ulysses_strategy(Communicator& communicator, const AttentionShape& shape,
@@ -583,10 +556,10 @@ std::unique_ptr<Strategy> make_usp_strategy(Communicator& communicator, int inne
                                             const AttentionShape& shape, const AttentionOptions& options,
                                             const std::string& caller_error) {
   const int ranks = communicator.size();
-  const int ranks_per_group = resolved_inner(ranks, inner, shape);
+  const int ranks_per_group = resolved_ulysses_degree(ranks, inner, shape);
   const int groups = ranks_per_group >= 1 && ranks % ranks_per_group == 0 ? ranks / ranks_per_group : 1;
   std::string error = first_error({caller_error, shape_and_options_error(shape, options, communicator.device()),
-                                   inner_error(ranks, ranks_per_group, shape)});
+                                   ulysses_degree_error(ranks, ranks_per_group, shape)});
   if (error.empty() && !is_single_level_rotation(across_algorithm))
     error = "usp runs ring, zigzag or hamilton across its groups, not '" + algorithm_name(across_algorithm) + "'";
   // The scheme across the groups is checked here, on every rank, so that it never refuses

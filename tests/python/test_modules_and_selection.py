@@ -2,6 +2,8 @@
 module matches the fp64 reference like the functions do, its unsupported arguments fail clearly,
 and the strategy auto_select picks runs and matches the reference at this rank count."""
 
+import functools
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -12,10 +14,11 @@ from attention_checks import Problem, accuracy_failures, distributed, fresh_seed
 SEQ = 24  # splits for every strategy at 1, 2 and 3 ranks
 
 
-def check_accuracy(func, algorithm: str, problem: Problem) -> None:
+def check_accuracy(func, algorithm: str, problem: Problem, **degrees) -> None:
     seed = fresh_seed()
     inputs = full_inputs(problem, seed)
-    layout = spattn.sequence_layout(algorithm, problem.seq, problem.heads, problem.kv_heads, causal=problem.causal)
+    layout = spattn.sequence_layout(algorithm, problem.seq, problem.heads, problem.kv_heads, causal=problem.causal,
+                                    **degrees)
     failures = accuracy_failures(distributed(func, "separate", layout, problem, inputs), single_rank(problem, inputs),
                                  reference(problem, inputs))
     assert not failures, f"{algorithm} {problem} at {dist.get_world_size()} ranks, seed {seed}: {failures}"
@@ -42,14 +45,50 @@ def test_ulysses_module_refuses_other_layouts_and_softcap():
 def test_auto_selected_strategy_runs_and_matches_reference(causal):
     world_size = dist.get_world_size()
     problem = Problem(batch=1, seq=SEQ, heads=4, kv_heads=2, head_dim=16, dtype=torch.float32, causal=causal)
-    algorithm = spattn.auto_select(SEQ, 4, 2, 16, causal=causal, dtype=torch.float32)
+    choice = spattn.auto_select(SEQ, 4, 2, 16, causal=causal, dtype=torch.float32)
     if world_size == 1:
-        assert algorithm == "ring"
+        assert choice.algorithm == "ring"
     else:
         estimates = spattn.estimate_strategies(SEQ, 4, 2, 16, causal=causal, dtype=torch.float32)
-        runnable = [e for e in estimates if not e.not_applicable and e.algorithm != "hamilton2"]
-        assert algorithm == runnable[0].algorithm
-    check_accuracy(spattn.attention_function(algorithm), algorithm, problem)
+        runnable = [e for e in estimates if not e.not_applicable]
+        assert choice.algorithm == runnable[0].algorithm
+        assert choice.configuration == runnable[0].configuration
+    check_accuracy(choice, choice.algorithm, problem, **choice.degrees)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_hamilton2_and_usp_degrees_match_reference(causal):
+    # hamilton2 over N nodes of one rank each (m = 1); usp with Ulysses degree 1 (a plain ring
+    # across N groups) and with the ring across groups instead of zigzag.
+    world_size = dist.get_world_size()
+    problem = Problem(batch=1, seq=SEQ, heads=4, kv_heads=2, head_dim=16, dtype=torch.float32, causal=causal)
+    check_accuracy(functools.partial(spattn.hamilton2_attn_func, nodes=world_size), "hamilton2", problem,
+                   nodes=world_size)
+    check_accuracy(functools.partial(spattn.usp_attn_func, inner=1, across="ring"), "usp", problem, inner=1,
+                   across="ring")
+
+
+def test_auto_select_with_nodes_may_pick_hamilton2_and_binds_them():
+    estimates = spattn.estimate_strategies(65536, 32, 8, 128, world_size=16, nodes=2, causal=True)
+    hamilton2 = next(e for e in estimates if e.algorithm == "hamilton2")
+    assert not hamilton2.not_applicable and "u = 2 nodes" in hamilton2.configuration
+    # The default: 16 ranks fill 2 nodes of 8, the same model.
+    assert spattn.estimate_strategies(65536, 32, 8, 128, world_size=16, causal=True) == estimates
+    choice = spattn.auto_select(65536, 32, 8, 128, world_size=16, causal=True)
+    assert choice.algorithm == estimates[0].algorithm
+    if choice.algorithm == "hamilton2":
+        assert choice.degrees == {"nodes": 2}
+    with pytest.raises(spattn.SpattnError, match="nodes 3 must divide the 16 ranks"):
+        spattn.estimate_strategies(65536, 32, 8, 128, world_size=16, nodes=3)
+
+
+def test_auto_select_before_a_process_group_says_so(monkeypatch):
+    monkeypatch.setattr(spattn.selection.dist, "is_initialized", lambda: False)
+    with pytest.raises(RuntimeError, match="before torch.distributed has a process group.*world_size=N"):
+        spattn.auto_select(4096, 8, 8, 64)
+    with pytest.raises(RuntimeError, match="estimate_strategies was called before"):
+        spattn.estimate_strategies(4096, 8, 8, 64)
+    assert spattn.auto_select(4096, 8, 8, 64, world_size=1).algorithm == "ring"  # told, it needs no group
 
 
 def test_estimates_put_the_runnable_fastest_first():
@@ -66,7 +105,7 @@ def test_estimates_put_the_runnable_fastest_first():
 
 def test_auto_select_avoids_strategies_that_cannot_run():
     # 3 query heads do not split over 2 ranks, so neither Ulysses nor USP may be chosen.
-    assert spattn.auto_select(4096, 3, 3, 64, world_size=2, causal=False) not in ("ulysses", "usp")
+    assert spattn.auto_select(4096, 3, 3, 64, world_size=2, causal=False).algorithm not in ("ulysses", "usp")
     with pytest.raises(ValueError, match="allowed: nvswitch"):
         spattn.auto_select(4096, 8, 8, 64, world_size=2, cluster="dragonfly")
     with pytest.raises(ValueError, match="no strategy runs seq_len 7"):

@@ -5,6 +5,7 @@
 // monotonicity in the sequence length.
 
 #include "schedule/cost_model.hpp"
+#include "schedule/ulysses_degree.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -67,7 +68,8 @@ StrategyCost cost_of(Algorithm algorithm, const Cluster& cluster, const Attentio
 }
 
 TEST(CostModel, BytesAndMessagesPerStepMatchHandComputedValues) {
-  const auto costs = costs_by_algorithm(small_cluster(), small_shape(), 8, true, StrategyOptions{2, 0});
+  // usp's Ulysses degree 4: groups within the nodes of 4 (run would choose 8 on its own).
+  const auto costs = costs_by_algorithm(small_cluster(), small_shape(), 8, true, StrategyOptions{2, 4});
   for (const auto& [algorithm, cost] : costs)
     ASSERT_TRUE(cost.applies()) << algorithm_name(algorithm) << ": " << cost.not_applicable;
 
@@ -103,7 +105,7 @@ TEST(CostModel, BytesAndMessagesPerStepMatchHandComputedValues) {
   const Transfer& allgather = costs.at(Algorithm::allgather).step.transfer;
   EXPECT_EQ(allgather.bytes, 7 * 7168);
   EXPECT_EQ(allgather.messages, 14);
-  // usp: Ulysses degree 4 (the largest divisor of 8 within a node of 4), a ring of 2 groups:
+  // usp: Ulysses degree 4, a ring of 2 groups:
   // 2 * 224 tokens * 2 heads * 4 dims * 2 bytes, as much as the ring's step.
   const StrategyCost& usp = costs.at(Algorithm::usp);
   EXPECT_EQ(usp.configuration, "Ulysses 4 x ring 2");
@@ -268,10 +270,18 @@ TEST(CostModel, StrategiesThatCannotRunSayWhy) {
   EXPECT_EQ(cost_of(Algorithm::ulysses, two_node, few_heads, 16).not_applicable,
             "heads (24) must be a multiple of the ranks (16): every rank gets whole query heads");
   EXPECT_TRUE(cost_of(Algorithm::usp, two_node, gqa, 16).applies());
-  EXPECT_THAT(cost_of(Algorithm::usp, two_node, gqa, 16, false, StrategyOptions{1, 3}).not_applicable,
-              HasSubstr("Ulysses degree (3) must divide the ranks (16)"));
-  EXPECT_THAT(cost_of(Algorithm::usp, two_node, few_heads, 16, false, StrategyOptions{1, 16}).not_applicable,
-              HasSubstr("heads (24) must be a multiple of the Ulysses degree (16)"));
+  // usp's degree is chosen and refused as `spattn run` does it (schedule/ulysses_degree.hpp): the
+  // kv heads must split too, so 8 kv heads allow at most 8 ranks per group.
+  EXPECT_EQ(cost_of(Algorithm::usp, two_node, gqa, 16, false, StrategyOptions{1, 3}).not_applicable,
+            ulysses_degree_error(16, 3, gqa));
+  EXPECT_THAT(ulysses_degree_error(16, 3, gqa), HasSubstr("usp: inner (3) must be at least 1 and divide ranks (16), "
+                                                          "heads (32) and kv_heads (8); valid inner values here: 1 2 "
+                                                          "4 8 (0 chooses the largest)"));
+  EXPECT_EQ(cost_of(Algorithm::usp, two_node, gqa, 16, false, StrategyOptions{1, 16}).not_applicable,
+            ulysses_degree_error(16, 16, gqa));
+  EXPECT_EQ(cost_of(Algorithm::usp, two_node, gqa, 16).configuration, "Ulysses 8 x ring 2");
+  EXPECT_EQ(cost_of(Algorithm::usp, two_node, few_heads, 16, false, StrategyOptions{1, 16}).not_applicable,
+            ulysses_degree_error(16, 16, few_heads));
   // Invalid input throws rather than reporting n/a.
   EXPECT_THROW(cost_of(Algorithm::ring, nvswitch, llm_shape(8192, 16), 16), Error);
   EXPECT_THROW(cost_of(Algorithm::ring, nvswitch, llm_shape(8192, 1), 1), Error);
