@@ -6,6 +6,7 @@
 
 #include "schedule/ulysses_degree.hpp"
 #include "spattn/error.hpp"
+#include "spattn/sequence_layout.hpp"
 
 namespace spattn {
 namespace {
@@ -324,9 +325,9 @@ void cost_ulysses(StrategyCost& cost, const Problem& problem) {
 void cost_allgather(StrategyCost& cost, const Problem& problem) {
   const int ranks = problem.ranks;
   const AttentionShape& shape = problem.shape;
-  // Under a causal mask the zigzag layout balances the prefix each rank's queries see.
-  cost.not_applicable = sequence_multiple_error(shape.seq, (problem.causal ? 2 : 1) * static_cast<int64_t>(ranks),
-                                                problem.causal ? "2*N" : "N");
+  // All-gather attention holds the zigzag layout, causal or not (it balances the prefix each
+  // rank's queries see): the refusal is the layout's own, as `spattn run` gives it.
+  cost.not_applicable = SequenceLayout::split_error(LayoutKind::zigzag, shape.seq, ranks);
   if (!cost.applies()) return;
   const int64_t tokens = problem.tokens_per_rank();
   const int64_t k_shard = problem.bytes(tokens, shape.kv_heads, problem.element_bytes());
