@@ -236,7 +236,8 @@ __device__ void produce(const ForwardParams<Traits>& params, typename Traits::Sh
       // The next query tile's rows into L2 now: its load, which waits until this tile's last
       // S = Q K^T, then takes an L2 hit instead of a trip to memory while the tensor cores idle.
       const int next = schedule.next_tile(linear, gridDim.x);
-      if (next < schedule.total_tiles) prefetch(params.tma_q, group_modes<0, 3>(cta_q.partition_S(query_rows(query_tile(params, next)))));
+      if (next < schedule.total_tiles)
+        prefetch(params.tma_q, group_modes<0, 3>(cta_q.partition_S(query_rows(query_tile(params, next)))));
     }
     // V of a key tile goes one step after its K: the consumers multiply by V after the softmax
     // of the tile, while the next tile's S = Q K^T runs.

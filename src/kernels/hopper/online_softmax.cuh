@@ -75,7 +75,8 @@ struct OnlineSoftmax {
       CUTE_UNROLL
       for (int column = 0; column < cute::size<1>(s); ++column)
         s(row, column) = exp2_flush_denormals(fmaf(s(row, column), scale_log2, -max_scaled));
-      row_sum[row] = reduce_columns(s(row, cute::_), row_sum[row] * correction[row], [](float a, float b) { return a + b; });
+      const auto plus = [](float a, float b) { return a + b; };
+      row_sum[row] = reduce_columns(s(row, cute::_), row_sum[row] * correction[row], plus);
     }
   }
 
