@@ -59,7 +59,7 @@ struct PlanOptions {
   int ranks = 0;                       // 0: every rank of the cluster
   int nodes = 0;                       // the cluster's (and hamilton2's) nodes; 0: as many as the ranks fill
   int gpus_per_node = 0;               // ranks per node; 0: the preset's
-  int inner = 0;                       // usp's Ulysses degree; 0: the largest that fits a node
+  int inner = 0;                       // usp's Ulysses degree; 0: the largest run would choose
   bool causal = false;
   int64_t batch = 1;
   int64_t seq = 0;  // global sequence length; 0: kPlanTokensPerRank per rank

@@ -19,41 +19,27 @@ constexpr int64_t kFp32Bytes = 4;
 constexpr double kGigabyte = 1e9;
 constexpr double kMicrosecond = 1e-6;
 
-// Every preset is one node of its kind; sized_cluster gives it the nodes a run needs, joined by
-// the preset's across-node links.
-Cluster nvswitch_cluster() {
+// One node of each preset's kind with the links that join such nodes (sized_cluster gives it the
+// nodes a run needs); the values are cost_model.hpp's, in cluster_preset_names() order.
+Cluster preset_node(const std::string& name, LinkCost within_node, bool full_mesh, LinkCost across_nodes,
+                    double kernel_flops) {
   Cluster cluster;
-  cluster.name = "nvswitch";
-  cluster.within_node = {450 * kGigabyte, 10 * kMicrosecond};
-  cluster.across_nodes = {50 * kGigabyte, 20 * kMicrosecond};
+  cluster.name = name;
+  cluster.within_node = within_node;
+  cluster.full_mesh = full_mesh;
+  cluster.across_nodes = across_nodes;
+  cluster.kernel_flops = kernel_flops;
   return cluster;
 }
 
-Cluster mesh_cluster() {
-  Cluster cluster;
-  cluster.name = "mesh";
-  cluster.within_node = {64 * kGigabyte, 10 * kMicrosecond};
-  cluster.full_mesh = true;
-  cluster.across_nodes = {50 * kGigabyte, 20 * kMicrosecond};
-  return cluster;
-}
-
-Cluster pcie_cluster() {
-  Cluster cluster;
-  cluster.name = "pcie";
-  cluster.within_node = {25 * kGigabyte, 15 * kMicrosecond};
-  cluster.across_nodes = {25 * kGigabyte, 20 * kMicrosecond};
-  cluster.kernel_flops = 400e12;
-  return cluster;
-}
-
-Cluster cpu_cluster() {
-  Cluster cluster;
-  cluster.name = "cpu";
-  cluster.within_node = {5 * kGigabyte, 2 * kMicrosecond};
-  cluster.across_nodes = {3 * kGigabyte, 30 * kMicrosecond};
-  cluster.kernel_flops = 0.05e12;
-  return cluster;
+const std::vector<Cluster>& presets() {
+  static const std::vector<Cluster> all = {
+      preset_node("nvswitch", {450 * kGigabyte, 10 * kMicrosecond}, false, {50 * kGigabyte, 20 * kMicrosecond}, 500e12),
+      preset_node("mesh", {64 * kGigabyte, 10 * kMicrosecond}, true, {50 * kGigabyte, 20 * kMicrosecond}, 500e12),
+      preset_node("pcie", {25 * kGigabyte, 15 * kMicrosecond}, false, {25 * kGigabyte, 20 * kMicrosecond}, 400e12),
+      preset_node("cpu", {5 * kGigabyte, 2 * kMicrosecond}, false, {3 * kGigabyte, 30 * kMicrosecond}, 0.05e12),
+  };
+  return all;
 }
 
 void check_ranks_fit(const Cluster& cluster, int ranks) {
@@ -388,15 +374,17 @@ void cost_usp(StrategyCost& cost, const Problem& problem, const StrategyOptions&
 }  // namespace
 
 const std::vector<std::string>& cluster_preset_names() {
-  static const std::vector<std::string> names = {"nvswitch", "mesh", "pcie", "cpu"};
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> list;
+    for (const Cluster& preset : presets()) list.push_back(preset.name);
+    return list;
+  }();
   return names;
 }
 
 Cluster cluster_preset(const std::string& name) {
-  if (name == "nvswitch") return nvswitch_cluster();
-  if (name == "mesh") return mesh_cluster();
-  if (name == "pcie") return pcie_cluster();
-  if (name == "cpu") return cpu_cluster();
+  for (const Cluster& preset : presets())
+    if (preset.name == name) return preset;
   std::string allowed;
   for (const std::string& preset : cluster_preset_names()) allowed += (allowed.empty() ? "" : ", ") + preset;
   SPATTN_FAIL("unknown cluster preset '" << name << "'; allowed: " << allowed);
