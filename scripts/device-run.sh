@@ -2,6 +2,8 @@
 # Builds spattn with its CUDA kernels on a GPU machine and runs every test there, stage by stage:
 #   environment  nvidia-smi, nvcc, cmake, compilers, MPI, compute-sanitizer, what was found
 #   build        googletest from source if no package has it, then cmake -DSPATTN_CUDA=ON, Release
+#   softmax-overlap  scripts/check-softmax-overlap.py on the own kernels' objects: in the SASS of
+#                every key loop the softmax runs beside O's product (softmax-overlap.log)
 #   gpu-tests    spattn_gpu_tests (the CUDA kernels against the CPU kernels)
 #   memcheck     the same under compute-sanitizer --tool memcheck (skipped where it is missing)
 #   racecheck    the same under compute-sanitizer --tool racecheck (shared-memory hazards)
@@ -23,11 +25,16 @@
 #                kernel-bench.md and .png (SPATTN_KERNEL_BENCH_ARGS: options both take, e.g. --seqs)
 #   kernel-profile  ncu on one spattn_kernel_bench case, own and cuDNN kernels (kernel-profile.txt;
 #                SPATTN_PROFILE_ARGS: the case, default --seqs 8192 --head-dims 128 --causal yes)
+#   kernel-ab    the own kernel as built (base) against the same tree with each patch of
+#                SPATTN_AB_PATCHES applied in turn (only spattn_kernel_bench rebuilt per patch):
+#                every build's kernel bench runs SPATTN_AB_ROUNDS times (default 3), the builds
+#                taking turns, into VARIANT.csv (kernel-ab-csv.tar.gz) and one table, kernel-ab.md
+#                (bench/compare_kernel_variants.py). The patches are reverted afterwards.
 #   torch-bench  PyTorch's context_parallel on every GPU into the same bench.csv (torch.log;
 #                TORCH_BENCH_ARGS adds options, '|' between the option sets of separate runs);
 #                bench.md and bench.png then plot both
-# SPATTN_DEVICE_STAGES picks the stages after the build (default: gpu-tests memcheck racecheck
-# synccheck ctest sweep).
+# SPATTN_DEVICE_STAGES picks the stages after the build (default: softmax-overlap gpu-tests memcheck
+# racecheck synccheck ctest sweep).
 # A failing stage does not stop the later ones; the exit status is non-zero when any failed.
 # Logs go to $OUT (the device tool brings them back), or to build-device/logs when OUT is unset:
 # environment.log, build.log, gpu-tests.log, memcheck.log, racecheck.log, ctest.log,
@@ -41,7 +48,8 @@
 # the nvidia-cutlass wheel (CUTLASS/CuTe headers, unpacked on the device) into build-cuda-deps/
 # (ignored by git, ~52 MB); name that
 # folder in the device tool's `carry` and this script uses it where the machine has none.
-# SPATTN_DEVICE_BUILD_DIR (default build-device) is where it builds. SPATTN_DEVICE_BUDGET_S
+# SPATTN_DEVICE_BUILD_DIR (default build-device) is where it builds; SPATTN_BUILD_TARGETS, when
+# set, builds only those targets (e.g. spattn_kernel_bench for a kernel-ab call). SPATTN_DEVICE_BUDGET_S
 # (default 570) bounds the whole run: the device tool stops a command after 600 s, and a stage
 # cut short by the budget still leaves its log and summary line.
 set -uo pipefail
@@ -98,7 +106,7 @@ summary="$logs/summary.txt"
 jobs="$(nproc)"
 budget_s="${SPATTN_DEVICE_BUDGET_S:-570}"
 any_failed=0
-stages=" ${SPATTN_DEVICE_STAGES:-gpu-tests memcheck racecheck synccheck ctest sweep} "
+stages=" ${SPATTN_DEVICE_STAGES:-softmax-overlap gpu-tests memcheck racecheck synccheck ctest sweep} "
 wants() { [[ "$stages" == *" $1 "* ]]; }
 
 # mpirun refuses root unless told; the GPU machines run commands as root. NVLink multicast stays
@@ -222,13 +230,13 @@ UNPACK
   else
     cmake -S "$root" -B "$build_dir" "${cmake_arguments[@]}" &&
       echo "== build with $jobs jobs" &&
-      timeout "$(seconds_left)" cmake --build "$build_dir" -j "$jobs"
+      timeout "$(seconds_left)" cmake --build "$build_dir" -j "$jobs" ${SPATTN_BUILD_TARGETS:+--target $SPATTN_BUILD_TARGETS}
   fi
 } >"$logs/build.log" 2>&1
 build_status=$?
 if [[ "$stages" == " python-gpu " ]]; then
   record build skipped "only python-gpu was asked for"
-elif [[ $build_status -eq 0 && -x "$build_dir/tests/gpu/spattn_gpu_tests" ]]; then
+elif [[ $build_status -eq 0 && ( -n "${SPATTN_BUILD_TARGETS:-}" || -x "$build_dir/tests/gpu/spattn_gpu_tests" ) ]]; then
   built=1
   record build passed "in ${SECONDS}s with $jobs jobs"
 elif [[ $build_status -eq 124 ]]; then
@@ -237,6 +245,23 @@ else
   record build failed "exit $build_status: see build.log ($(grep -m1 -E 'error:|CMake Error|ERROR:' "$logs/build.log" | cut -c1-150))"
 fi
 gpu_tests="$build_dir/tests/gpu/spattn_gpu_tests"
+
+# ---- softmax-overlap -----------------------------------------------------------------------------
+hopper_objects=("$build_dir"/src/kernels/hopper/CMakeFiles/spattn_hopper_kernels.dir/*.o)
+# cuobjdump: on PATH, else beside nvcc
+CUOBJDUMP="$(command -v cuobjdump || echo "$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")/cuobjdump")"
+export CUOBJDUMP
+if ! wants softmax-overlap; then
+  :
+elif ((!built)) || [[ ! -f "${hopper_objects[0]}" ]]; then
+  record softmax-overlap skipped "no build of the own kernels"
+elif [[ ! -x "$CUOBJDUMP" ]]; then
+  record softmax-overlap skipped "no cuobjdump on PATH or beside nvcc"
+elif python3 "$root/scripts/check-softmax-overlap.py" "${hopper_objects[@]}" >"$logs/softmax-overlap.log" 2>&1; then
+  record softmax-overlap passed "$(grep -c '^ok' "$logs/softmax-overlap.log") kernels"
+else
+  record softmax-overlap failed "$(grep -c '^FAIL' "$logs/softmax-overlap.log") kernels without the overlap: see softmax-overlap.log"
+fi
 
 # ---- gpu-tests -----------------------------------------------------------------------------------------
 if ! wants gpu-tests; then
@@ -506,6 +531,54 @@ elif ((built)) && command -v ncu >/dev/null; then
   else record kernel-profile failed "exit $status: see kernel-profile.txt"; fi
 else
   record kernel-profile skipped "no build or no ncu"
+fi
+# ---- kernel-ab ----------------------------------------------------------------------------------------
+# Variants of the own kernel on one machine. A later build notices the reverted sources (their
+# modification times are newer than the objects) and rebuilds them.
+if ! wants kernel-ab; then
+  :
+elif ((built)); then
+  ab_dir="$build_dir/kernel-ab"
+  rm -rf "$ab_dir"
+  # The bench and its library, kept per variant: LD_LIBRARY_PATH picks the library (RUNPATH).
+  keep_build() { mkdir -p "$ab_dir/$1" && cp "$build_dir/bench/spattn_kernel_bench" "$build_dir"/libspattn.so* "$ab_dir/$1/"; }
+  keep_build base
+  variants=(base)
+  for patch in ${SPATTN_AB_PATCHES:-}; do
+    name="$(basename "$patch" .patch)"
+    echo "== variant $name: $patch" >>"$logs/kernel-ab.log"
+    if ! patch --dry-run -p1 -d "$root" <"$patch" >>"$logs/kernel-ab.log" 2>&1; then
+      echo "== $patch does not apply: left out" >>"$logs/kernel-ab.log"
+      continue
+    fi
+    patch -p1 -d "$root" <"$patch" >>"$logs/kernel-ab.log" 2>&1
+    if timeout "$(seconds_left)" cmake --build "$build_dir" -j "$jobs" --target spattn_kernel_bench \
+      >>"$logs/kernel-ab.log" 2>&1; then
+      keep_build "$name" && variants+=("$name")
+    else
+      echo "== variant $name does not build: left out" >>"$logs/kernel-ab.log"
+    fi
+    patch -R -p1 -d "$root" <"$patch" >>"$logs/kernel-ab.log" 2>&1
+  done
+  status=0
+  for round in $(seq "${SPATTN_AB_ROUNDS:-3}"); do
+    for variant in "${variants[@]}"; do
+      echo "== round $round: $variant" >>"$logs/kernel-ab.log"
+      # shellcheck disable=SC2086  # the extra arguments are words
+      LD_LIBRARY_PATH="$ab_dir/$variant${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" timeout "$(seconds_left)" \
+        "$ab_dir/$variant/spattn_kernel_bench" --kernels own,cudnn --csv "$ab_dir/$variant.csv" \
+        ${SPATTN_KERNEL_BENCH_ARGS:-} >>"$logs/kernel-ab.log" 2>&1 || status=$?
+    done
+  done
+  csvs=()
+  for variant in "${variants[@]}"; do csvs+=("$ab_dir/$variant.csv"); done
+  python3 "$root/bench/compare_kernel_variants.py" "${csvs[@]}" --markdown "$logs/kernel-ab.md" \
+    >>"$logs/kernel-ab.log" 2>&1 || status=$?
+  tar -czf "$logs/kernel-ab-csv.tar.gz" -C "$ab_dir" "${variants[@]/%/.csv}"
+  if [[ $status -eq 0 ]]; then record kernel-ab passed "${#variants[@]} builds: ${variants[*]}"
+  else record kernel-ab failed "exit $status: see kernel-ab.log"; fi
+else
+  record kernel-ab skipped "no build"
 fi
 if [[ -s "$logs/bench.csv" ]]; then
   python3 "$root/bench/plot_results.py" "$logs/bench.csv" --out "$logs/bench.png" \

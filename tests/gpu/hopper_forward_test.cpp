@@ -2,10 +2,10 @@
 // against cuDNN's error on the same inputs: masks none / causal / windows on one or both sides in
 // global positions, query and key counts that are not multiples of a tile, segments with gaps
 // and out of order, more segments than one launch takes, accumulation onto a running result,
-// rows that see no key, GQA 1:1 to 8:1, batch 1 and 3, head dims 64 and 128, bf16 and fp16,
-// final_out, bad blocks, and a larger block run three times (twice on one stream, once on
-// another) for identical bits. Outputs are
-// NaN-poisoned before every run so that unwritten elements show. Where the GPU or the build has
+// rows that see no key, long key tiles under masks, GQA 1:1 to 8:1, batch 1 and 3, head dims 64
+// and 128, bf16 and fp16, final_out, bad blocks, and a larger block run three times (twice on one
+// stream, once on another) for identical bits. Outputs are NaN-poisoned before every run so that
+// unwritten elements show. Where the GPU or the build has
 // no own forward, every test says why and skips.
 //
 // Tolerance: as the cuDNN tests' (2e-2 of the largest reference magnitude for bf16, 5e-3 for
@@ -152,6 +152,16 @@ TEST_F(HopperForward, TwoSidedWindow) {
 TEST_F(HopperForward, WindowToTheRightOnly) {
   check_all({"window (-1, 20): q 130 at 100 vs 200 at 0 and 100 at 300", 130, 100, {{200, 0}, {100, 300}},
              AttentionMask{-1, 20}});
+}
+
+TEST_F(HopperForward, LongKeyTilesUnderMasks) {
+  // Query tiles that see 2k keys or more on average take the long key tiles (176 or 192 keys,
+  // long_key_tiles in forward_kernel.cuh) under a mask too: diagonals and window edges that cut
+  // them, and segment ends that are not multiples of them.
+  check_all({"causal: q 300 at 2600 vs 1400 at 0 and 1300 at 1400", 300, 2600, {{1400, 0}, {1300, 1400}}, kCausal, 1, 4,
+             2});
+  check_all({"window (2500, 40): q 260 at 3000 vs 1700 at 300 and 1100 at 2100", 260, 3000, {{1700, 300}, {1100, 2100}},
+             AttentionMask{2500, 40}, 1, 4, 2});
 }
 
 TEST_F(HopperForward, GroupedQueryAttentionAndBatches) {

@@ -426,6 +426,7 @@ __device__ void consume(const ForwardParams<Traits>& params, typename Traits::Sh
       NamedBarrier::sync(Traits::kConsumerThreads, turn_barrier(warpgroup));
       k_pipeline.consumer_wait(read);
       issue_warpgroup_mma<true>(mma_qk, tSrQ, tSrK(_, _, _, read.index()), tSrS);
+      softmax.rescale(out);  // by the last update's correction, while S's product runs
       v_pipeline.consumer_wait(value_stage);
       issue_warpgroup_mma<false>(mma_pv, tOrP, tOrV(_, _, _, value_stage.index()), tOrO);
       NamedBarrier::arrive(Traits::kConsumerThreads, turn_barrier(1 - warpgroup));
@@ -433,14 +434,15 @@ __device__ void consume(const ForwardParams<Traits>& params, typename Traits::Sh
       k_pipeline.consumer_release(read);
       mask_if_needed(scores);
       softmax.update(scores);
+      softmax.end_block_after_update();  // so that the softmax above runs beside O's product
       warpgroup_wait<0>();  // O's product has read P: P's registers may change
       v_pipeline.consumer_release(value_stage);
       probabilities_to_operand();
-      softmax.rescale(out);
       value_stage = read;
     }
     // Q is no longer read: the producer may load the next query tile.
     NamedBarrier::arrive(Traits::kConsumerThreads + 32, uint32_t(ForwardBarrier::query_empty));
+    softmax.rescale(out);
     v_pipeline.consumer_wait(value_stage);
     issue_warpgroup_mma<false>(mma_pv, tOrP, tOrV(_, _, _, value_stage.index()), tOrO);
     warpgroup_wait<0>();
@@ -488,20 +490,23 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) forward_kernel(const __gr
   }
 }
 
+/// The key tiles of `tile_keys` keys that query tile `m_block` visits, over every segment (with
+/// `tile_keys` 1: the keys between the lowest its first row sees and the highest its last row sees).
+inline int64_t key_tiles_visited(const ForwardProblem& problem, int m_block, int tile_keys) {
+  const int64_t first = problem.q_position + int64_t{m_block} * kQueryTileRows;
+  const QueryRows rows{first, first + std::min<int64_t>(kQueryTileRows, problem.rows - int64_t{m_block} * kQueryTileRows) - 1};
+  int64_t tiles = 0;
+  for (int segment = 0; segment < problem.num_segments; ++segment) {
+    const KeyTileSpan span = visible_key_tiles(rows, {problem.segments[segment].position, problem.segments[segment].keys},
+                                               problem.mask_left, problem.mask_right, tile_keys);
+    tiles += span.end - span.begin;
+  }
+  return tiles;
+}
+
 /// Whether the last query tiles see more keys than the first (causal-like masks): they start first.
-inline bool last_query_tiles_first(const ForwardProblem& problem, int tile_rows, int query_tiles, int tile_keys) {
-  const auto tiles_seen = [&](int m_block) {
-    const int64_t first = problem.q_position + int64_t{m_block} * tile_rows;
-    const QueryRows rows{first, first + std::min<int64_t>(tile_rows, problem.rows - int64_t{m_block} * tile_rows) - 1};
-    int64_t tiles = 0;
-    for (int segment = 0; segment < problem.num_segments; ++segment) {
-      const KeyTileSpan span = visible_key_tiles(rows, {problem.segments[segment].position, problem.segments[segment].keys},
-                                                 problem.mask_left, problem.mask_right, tile_keys);
-      tiles += span.end - span.begin;
-    }
-    return tiles;
-  };
-  return tiles_seen(query_tiles - 1) > tiles_seen(0);
+inline bool last_query_tiles_first(const ForwardProblem& problem, int query_tiles, int tile_keys) {
+  return key_tiles_visited(problem, query_tiles - 1, tile_keys) > key_tiles_visited(problem, 0, tile_keys);
 }
 
 template <class Traits>
@@ -532,7 +537,7 @@ void launch_forward_tiles(const ForwardProblem& problem, int multiprocessors, cu
   schedule.query_tiles = (problem.rows + Traits::kBlockM - 1) / Traits::kBlockM;
   schedule.total_tiles = schedule.query_tiles * problem.heads * problem.batch;
   schedule.tiles_per_visit = QueryTileSchedule::visit_size(schedule.total_tiles, multiprocessors);
-  schedule.last_tiles_first = last_query_tiles_first(problem, Traits::kBlockM, schedule.query_tiles, Traits::kBlockN);
+  schedule.last_tiles_first = last_query_tiles_first(problem, schedule.query_tiles, Traits::kBlockN);
 
   const auto kernel = forward_kernel<Traits>;
   // More than 48 KB of shared memory needs the kernel's limit raised, once per device (a
@@ -550,14 +555,26 @@ void launch_forward_tiles(const ForwardProblem& problem, int multiprocessors, cu
   SPATTN_CUDA_CHECK_LAUNCH("the own Hopper attention forward");
 }
 
+/// Whether a launch takes the long key tiles (176 keys at D = 128, 192 at D = 64: fewer per row,
+/// so less of the softmax's reductions and the pipeline's barriers per key) rather than 128-key
+/// tiles (less of each tile that a mask's diagonal cuts is wasted). Measured on an H100
+/// (bench/kernel-notes.md, v7): long tiles win without a mask at every length and under the
+/// causal mask from S = 4k on (16k: 0.95 -> 1.00 of cuDNN); at S = 2k, where a query
+/// tile sees 1k keys on average, 128-key tiles win (0.88 against 0.81). Query tiles see a number
+/// of keys that grows or falls linearly under a band mask: the mean of the first and last tiles'.
+inline bool long_key_tiles(const ForwardProblem& problem) {
+  constexpr int64_t kLongTilesFromKeys = 2048;
+  if (problem.mask_left < 0 && problem.mask_right < 0) return true;
+  const int query_tiles = (problem.rows + kQueryTileRows - 1) / kQueryTileRows;
+  const int64_t keys_of_edges = key_tiles_visited(problem, 0, 1) + key_tiles_visited(problem, query_tiles - 1, 1);
+  return keys_of_edges >= 2 * kLongTilesFromKeys;
+}
+
 template <int kHeadDim, DType kDType>
 void launch_forward(const ForwardProblem& problem, int multiprocessors, cudaStream_t stream) {
-  // Without a mask no key tile is cut by its diagonal, so longer key tiles (FlashAttention-3's
-  // choice) spend less per tile on the softmax's reductions and the pipeline's barriers; with
-  // one, 128 keys waste less of the tiles that the diagonal cuts.
-  constexpr int kUnmaskedBlockN = kHeadDim == 64 ? 192 : 176;
-  if (problem.mask_left < 0 && problem.mask_right < 0)
-    launch_forward_tiles<ForwardTraits<kHeadDim, ElementOf<kDType>, kUnmaskedBlockN>>(problem, multiprocessors, stream);
+  constexpr int kLongBlockN = kHeadDim == 64 ? 192 : 176;
+  if (long_key_tiles(problem))
+    launch_forward_tiles<ForwardTraits<kHeadDim, ElementOf<kDType>, kLongBlockN>>(problem, multiprocessors, stream);
   else
     launch_forward_tiles<ForwardTraits<kHeadDim, ElementOf<kDType>, 128>>(problem, multiprocessors, stream);
 }

@@ -80,6 +80,19 @@ struct OnlineSoftmax {
     }
   }
 
+  /// Ends the compiler's basic block after the last update: a branch on its result that is never
+  /// taken (a sum of exponentials is not negative). ptxas (CUDA 13.0) moves wgmma.wait_group as
+  /// early in its block as it can, ahead of independent arithmetic: without a block boundary here,
+  /// the wait for O's product lands before this tile's softmax, which then never overlaps the
+  /// product (seen in the SASS of every instantiation; shuffles, named barriers and __syncwarp
+  /// do not stop it, a branch does).
+  __device__ void end_block_after_update() const {
+    float smallest = row_sum[0];
+    CUTE_UNROLL
+    for (int row = 1; row < kRows; ++row) smallest = fminf(smallest, row_sum[row]);
+    if (smallest < 0.0f) __nanosleep(0);
+  }
+
   /// out *= correction row by row (after update, once the products that read the old
   /// probabilities have finished).
   template <class Output>
