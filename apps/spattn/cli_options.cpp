@@ -435,8 +435,9 @@ std::string usage_text() {
           "commands:\n"
        << option_line("run", "compute exact attention over the ranks and report time (and errors with --check)")
        << option_line("info", "print how spattn was built and what this machine offers")
-       << option_line("plan", "print a rotation schedule (cycles, routing tables, bytes per link), or with")
-       << option_line("", "--compare the modelled time of every strategy for a shape and a cluster")
+       << option_line("plan", "print a rotation schedule (cycles, routing tables, bytes per link; exit 1 with")
+       << option_line("", "run's message where run would refuse the shape), or with --compare the")
+       << option_line("", "modelled time of every strategy for a shape and a cluster")
        << option_line("help", "print this text (also: --help, -h)")
        << "\noptions of 'spattn run' (--name value or --name=value):\n"
        << option_lines(run_option_table()) << "\noptions of 'spattn info':\n"

@@ -57,9 +57,13 @@ int main(int argc, char** argv) {
         return 0;
       case CliCommand::Kind::run:
         return spattn::app::run_command(command.run);
-      case CliCommand::Kind::plan:
+      case CliCommand::Kind::plan: {
         if (is_first_rank()) std::cout << spattn::app::plan_text(command.plan) << std::endl;
-        return 0;
+        const std::string refusal = spattn::app::plan_refusal(command.plan);
+        if (refusal.empty()) return 0;
+        if (is_first_rank()) std::cerr << "spattn: " << refusal << std::endl;
+        return 1;
+      }
     }
   } catch (const spattn::app::UsageError& error) {
     if (is_first_rank()) std::cerr << error.what() << "\n";

@@ -9,6 +9,7 @@
 
 #include "json_string.hpp"
 #include "schedule/cost_model.hpp"
+#include "schedule/strategy_rules.hpp"
 
 namespace spattn::app {
 namespace {
@@ -312,6 +313,13 @@ std::string comparison_table(const PlanCase& plan, const std::vector<StrategyCos
 }
 
 }  // namespace
+
+std::string plan_refusal(const PlanOptions& options) {
+  if (options.compare) return "";
+  const PlanCase plan = plan_case(options);
+  return strategy_error(parse_algorithm(options.algorithm), plan.shape, plan.ranks, plan.causal,
+                        plan.strategy_options);
+}
 
 std::string plan_text(const PlanOptions& options) {
   if (!options.compare) return schedule_text(options);

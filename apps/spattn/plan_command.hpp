@@ -13,4 +13,8 @@ namespace spattn::app {
 /// the preset's cluster.
 std::string plan_text(const PlanOptions& options);
 
+/// Why `spattn run` would refuse the one strategy of a plan without --compare (its message,
+/// schedule/strategy_rules.hpp), or "": `spattn plan` prints the plan and then exits 1 with it.
+std::string plan_refusal(const PlanOptions& options);
+
 }  // namespace spattn::app

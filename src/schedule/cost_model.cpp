@@ -4,6 +4,7 @@
 #include <functional>
 #include <sstream>
 
+#include "schedule/strategy_rules.hpp"
 #include "schedule/ulysses_degree.hpp"
 #include "spattn/error.hpp"
 #include "spattn/sequence_layout.hpp"
@@ -142,21 +143,6 @@ void finish(StrategyCost& cost) {
   cost.forward_backward_seconds = cost.forward_seconds + pass_seconds(cost.backward);
 }
 
-// "" when `seq` is a multiple of `multiple`, else why, with the nearest lengths that are.
-std::string sequence_multiple_error(int64_t seq, int64_t multiple, const std::string& multiple_formula) {
-  if (seq % multiple == 0) return "";
-  const int64_t below = seq / multiple * multiple;
-  const std::string nearest = (below > 0 ? std::to_string(below) + " or " : "") + std::to_string(below + multiple);
-  return "S (" + std::to_string(seq) + ") must be a multiple of " + multiple_formula + " = " +
-         std::to_string(multiple) + " (nearest: " + nearest + ")";
-}
-
-std::string heads_multiple_error(int64_t heads, int degree, const char* degree_name) {
-  if (heads % degree == 0) return "";
-  return "heads (" + std::to_string(heads) + ") must be a multiple of the " + degree_name + " (" +
-         std::to_string(degree) + "): every rank gets whole query heads";
-}
-
 // The kv heads a rank reads when Ulysses gives each of `degree` ranks heads / degree consecutive
 // query heads; a kv head read by several ranks goes to each of them, and every rank's block has
 // room for the most any rank reads (src/strategies/ulysses_attention.cpp).
@@ -237,28 +223,11 @@ void add_attention_phase(std::vector<StepCost>& pass, const Problem& problem, do
   append_step(pass, {"attention", 1, problem.seconds(flop), Transfer{}, false});
 }
 
-// The divisibility a rotation needs: the ring cuts S into N shards, zigzag into 2N chunks;
-// hamilton and hamilton2 cut every shard into one slot per cycle, and each slot into a front and a
-// back chunk under a causal mask (hamilton.md), to give every rank equal work at every step.
-std::string rotation_sequence_error(const Problem& problem, Algorithm algorithm, int slots) {
-  const bool front_and_back = algorithm == Algorithm::zigzag || (problem.causal && algorithm != Algorithm::ring);
-  const std::string slots_formula = algorithm == Algorithm::hamilton    ? "*(N-1)"
-                                    : algorithm == Algorithm::hamilton2 ? "*m"
-                                                                        : "";
-  return sequence_multiple_error(problem.shape.seq,
-                                 (front_and_back ? 2 : 1) * static_cast<int64_t>(problem.ranks) * slots,
-                                 (front_and_back ? "2*N" : "N") + slots_formula);
-}
-
 void cost_rotation(StrategyCost& cost, const Problem& problem, const StrategyOptions& options) {
   const Algorithm algorithm = cost.algorithm;
-  cost.not_applicable = rotation_cycles_error(algorithm, problem.ranks, options.nodes);
-  if (!cost.applies()) return;
   const int ranks = problem.ranks;
   const CycleSchedule schedule(rotation_cycles(algorithm, ranks, options.nodes), ranks);
   const int slots = schedule.slots();
-  cost.not_applicable = rotation_sequence_error(problem, algorithm, slots);
-  if (!cost.applies()) return;
   cost.configuration = std::to_string(slots) + (slots == 1 ? " slot" : " slots");
   if (algorithm == Algorithm::hamilton2) {
     cost.configuration += ", m = " + std::to_string(slots) + " ranks x u = " + std::to_string(options.nodes) + " nodes";
@@ -279,13 +248,6 @@ void cost_rotation(StrategyCost& cost, const Problem& problem, const StrategyOpt
 void cost_ulysses(StrategyCost& cost, const Problem& problem) {
   const int ranks = problem.ranks;
   const AttentionShape& shape = problem.shape;
-  for (const std::string& reason :
-       {sequence_multiple_error(shape.seq, ranks, "N"), heads_multiple_error(shape.heads, ranks, "ranks")}) {
-    if (!reason.empty()) {
-      cost.not_applicable = reason;
-      return;
-    }
-  }
   cost.configuration = std::to_string(shape.heads / ranks) + " heads per rank";
   // Each rank sends peer p the p-th N-th of its heads for its S/N tokens, and back.
   const int64_t tokens = problem.tokens_per_rank();
@@ -311,10 +273,6 @@ void cost_ulysses(StrategyCost& cost, const Problem& problem) {
 void cost_allgather(StrategyCost& cost, const Problem& problem) {
   const int ranks = problem.ranks;
   const AttentionShape& shape = problem.shape;
-  // All-gather attention holds the zigzag layout, causal or not (it balances the prefix each
-  // rank's queries see): the refusal is the layout's own, as `spattn run` gives it.
-  cost.not_applicable = SequenceLayout::split_error(LayoutKind::zigzag, shape.seq, ranks);
-  if (!cost.applies()) return;
   const int64_t tokens = problem.tokens_per_rank();
   const int64_t k_shard = problem.bytes(tokens, shape.kv_heads, problem.element_bytes());
   const int64_t k_gradient_shard = problem.bytes(tokens, shape.kv_heads, kFp32Bytes);
@@ -338,15 +296,8 @@ void cost_allgather(StrategyCost& cost, const Problem& problem) {
 void cost_usp(StrategyCost& cost, const Problem& problem, const StrategyOptions& options) {
   const int ranks = problem.ranks;
   const AttentionShape& shape = problem.shape;
-  // The degree and its refusal exactly as `spattn run` has them (schedule/ulysses_degree.hpp).
+  // The degree exactly as `spattn run` chooses it (schedule/ulysses_degree.hpp).
   const int inner = resolved_ulysses_degree(ranks, options.inner, shape);
-  for (const std::string& reason : {ulysses_degree_error(ranks, inner, shape),
-                                    sequence_multiple_error(shape.seq, 2 * static_cast<int64_t>(ranks), "2*N")}) {
-    if (!reason.empty()) {
-      cost.not_applicable = reason;
-      return;
-    }
-  }
   const int groups = ranks / inner;
   cost.configuration = "Ulysses " + std::to_string(inner) + " x ring " + std::to_string(groups);
   const int64_t tokens = problem.tokens_per_rank();
@@ -475,37 +426,6 @@ const std::vector<Algorithm>& rotation_algorithms() {
   return algorithms;
 }
 
-std::string rotation_cycles_error(Algorithm algorithm, int ranks, int nodes) {
-  switch (algorithm) {
-    case Algorithm::ring:
-    case Algorithm::zigzag:
-      return "";
-    case Algorithm::hamilton:
-      return hamiltonian_decomposition_error(ranks);
-    case Algorithm::hamilton2:
-      if (nodes < 1 || ranks % nodes != 0) {
-        return "hamilton2 needs the ranks (" + std::to_string(ranks) + ") to be a multiple of the nodes (" +
-               std::to_string(nodes) + ")";
-      }
-      return two_level_error(ranks / nodes, nodes);
-    default:
-      return "'" + algorithm_name(algorithm) + "' does not rotate along cycles";
-  }
-}
-
-RankCycles rotation_cycles(Algorithm algorithm, int ranks, int nodes) {
-  const std::string error = rotation_cycles_error(algorithm, ranks, nodes);
-  SPATTN_CHECK(error.empty(), error);
-  switch (algorithm) {
-    case Algorithm::hamilton:
-      return hamiltonian_decomposition(ranks);
-    case Algorithm::hamilton2:
-      return two_level_cycles(ranks / nodes, nodes);
-    default:
-      return ring_cycles(ranks);
-  }
-}
-
 StrategyCost strategy_cost(const Cluster& cluster, const AttentionShape& shape, int ranks, bool causal,
                            Algorithm algorithm, const StrategyOptions& strategy_options) {
   SPATTN_CHECK(ranks >= 2, "the cost model needs at least 2 ranks, got " << ranks);
@@ -518,6 +438,8 @@ StrategyCost strategy_cost(const Cluster& cluster, const AttentionShape& shape, 
   const Problem problem{cluster, shape, ranks, causal};
   StrategyCost cost;
   cost.algorithm = algorithm;
+  cost.not_applicable = strategy_error(algorithm, shape, ranks, causal, strategy_options);
+  if (!cost.applies()) return cost;
   switch (algorithm) {
     case Algorithm::ring:
     case Algorithm::zigzag:
@@ -535,7 +457,7 @@ StrategyCost strategy_cost(const Cluster& cluster, const AttentionShape& shape, 
       cost_usp(cost, problem, strategy_options);
       break;
   }
-  if (cost.applies()) finish(cost);
+  finish(cost);
   return cost;
 }
 

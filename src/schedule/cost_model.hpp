@@ -133,16 +133,10 @@ struct StrategyCost {
 /// The algorithms that rotate along cycles: ring, zigzag, hamilton, hamilton2.
 const std::vector<Algorithm>& rotation_algorithms();
 
-/// The cycles that ring, zigzag (the ring), hamilton (K*_n decomposition) and hamilton2 (two
-/// levels over `nodes` nodes of ranks / nodes) rotate along. Throws Error with
-/// rotation_cycles_error's message when there are none, or for another algorithm.
-RankCycles rotation_cycles(Algorithm algorithm, int ranks, int nodes);
-/// Why rotation_cycles has no cycles for these arguments, or "".
-std::string rotation_cycles_error(Algorithm algorithm, int ranks, int nodes);
-
-/// The cost of `algorithm` on `ranks` ranks (at least 2) of `cluster`. Preconditions of the
-/// algorithm that fail (no decomposition, divisibility, head counts) give not_applicable; an
-/// invalid shape, or more ranks than the cluster has, throw Error.
+/// The cost of `algorithm` on `ranks` ranks (at least 2) of `cluster`. A case the strategy cannot
+/// run gives not_applicable, strategy_error's message (schedule/strategy_rules.hpp), which is
+/// what constructing the plan refuses with; an invalid shape, or more ranks than the cluster has,
+/// throw Error.
 /// strategy_options.nodes: hamilton2's node count; .inner: usp's Ulysses degree, chosen and
 /// refused as `spattn run` does (schedule/ulysses_degree.hpp). Ulysses gives a rank the kv heads
 /// its query heads read, replicated when fewer kv heads than ranks.

@@ -10,6 +10,7 @@
 
 #include "kernels/block_kernels.hpp"
 #include "spattn/error.hpp"
+#include "schedule/strategy_rules.hpp"
 #include "strategies/call_validation.hpp"
 #include "strategies/device_buffer.hpp"
 #include "strategies/profile_recorder.hpp"
@@ -134,7 +135,7 @@ class AllGatherStrategy final : public Strategy {
   SequenceLayout agreed_layout(const std::string& caller_error) {
     const std::string error =
         first_error({caller_error, shape_and_options_error(shape, options, comm.device()),
-                     SequenceLayout::split_error(LayoutKind::zigzag, shape.seq, comm.size())});
+                     allgather_error(shape, comm.size())});
     agree_on_call(comm, error, call_signature(kAllGatherStrategyId, shape, options));
     return SequenceLayout(LayoutKind::zigzag, shape.seq, comm.size());
   }

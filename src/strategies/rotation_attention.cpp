@@ -5,13 +5,13 @@
 // holds. In backward the keys and values rotate again and the gradient of each slot travels one
 // hop behind it, reaching the slot's owner after the last step.
 
-#include <functional>
 #include <limits>
 #include <map>
 #include <utility>
 
 #include "kernels/block_kernels.hpp"
 #include "schedule/rotation_schedule.hpp"
+#include "schedule/strategy_rules.hpp"
 #include "spattn/error.hpp"
 #include "strategies/call_validation.hpp"
 #include "strategies/device_buffer.hpp"
@@ -31,14 +31,13 @@ struct KvTensors {
 // One KvTensors per slot.
 using SlotSet = std::vector<KvTensors>;
 
-// What distinguishes the rotation strategies: their id in the agreed call signature, the layout,
-// and the cycles (built only once the ranks agree that they exist).
+// What distinguishes the rotation strategies: their id in the agreed call signature, and the
+// algorithm and node count whose form and cycles schedule/strategy_rules.hpp gives (the cycles
+// built only once the ranks agree that they exist).
 struct RotationKind {
   int64_t strategy_id = 0;
-  LayoutKind layout = LayoutKind::contiguous;
-  int slots = 1;
-  std::string schedule_error;
-  std::function<RankCycles()> cycles;
+  Algorithm algorithm = Algorithm::ring;
+  int nodes = 1;
 };
 
 }  // namespace
@@ -52,7 +51,7 @@ class RotationStrategy final : public Strategy {
         options(call_options),
         strategy(kind.strategy_id),
         sequence_layout(agreed_layout(kind, caller_error)),
-        schedule(kind.cycles(), communicator.size()),
+        schedule(rotation_cycles(kind.algorithm, communicator.size(), kind.nodes), communicator.size()),
         kernels(make_block_kernels(communicator.device(), call_options.kernel)),
         mask(AttentionMask::from_options(call_options)),
         scale(resolved_scale(call_shape, call_options)),
@@ -162,10 +161,11 @@ class RotationStrategy final : public Strategy {
   // Validates the plan's arguments and agrees on them with every rank before building anything.
   SequenceLayout agreed_layout(const RotationKind& kind, const std::string& caller_error) {
     const std::string error =
-        first_error({caller_error, shape_and_options_error(shape, options, comm.device()), kind.schedule_error,
-                     slot_split_error(kind.layout, shape.seq, comm.size(), kind.slots)});
+        first_error({caller_error, shape_and_options_error(shape, options, comm.device()),
+                     rotation_error(kind.algorithm, shape.seq, comm.size(), options.causal, kind.nodes)});
     agree_on_call(comm, error, call_signature(strategy, shape, options));
-    return SequenceLayout(kind.layout, shape.seq, comm.size());
+    return SequenceLayout(rotation_form(kind.algorithm, comm.size(), options.causal, kind.nodes).layout, shape.seq,
+                          comm.size());
   }
 
   TensorView bshd(void* data, DType dtype, int64_t seq, int64_t heads) const {
@@ -390,66 +390,28 @@ class RotationStrategy final : public Strategy {
   BackwardBlock backward_block;
 };
 
-namespace {
-
-// Causal Hamiltonian schemes balance their work over the zigzag layout; without a causal mask
-// every placement does the same work, and contiguous shards are the simplest.
-LayoutKind hamilton_layout(const AttentionOptions& options) {
-  return options.causal ? LayoutKind::zigzag : LayoutKind::contiguous;
-}
-
-RotationKind single_level_kind(Algorithm algorithm, int ranks, const AttentionOptions& options) {
-  const auto ring = [ranks] { return ring_cycles(ranks); };
-  switch (algorithm) {
-    case Algorithm::ring: return {1, LayoutKind::contiguous, 1, "", ring};
-    case Algorithm::zigzag: return {2, LayoutKind::zigzag, 1, "", ring};
-    case Algorithm::hamilton:
-      // One rank has no arcs to decompose: it keeps its single slot, as the ring does.
-      return {4, hamilton_layout(options), std::max(1, ranks - 1), hamiltonian_decomposition_error(ranks),
-              [ranks] { return ranks == 1 ? ring_cycles(1) : hamiltonian_decomposition(ranks); }};
-    default: break;
-  }
-  SPATTN_FAIL("'" << algorithm_name(algorithm) << "' is not a single-level rotation; allowed: ring, zigzag, hamilton");
-}
-
-}  // namespace
-
-bool is_single_level_rotation(Algorithm algorithm) {
-  return algorithm == Algorithm::ring || algorithm == Algorithm::zigzag || algorithm == Algorithm::hamilton;
-}
-
-LayoutKind rotation_layout(Algorithm algorithm, int ranks, const AttentionOptions& options) {
-  return single_level_kind(algorithm, ranks, options).layout;
-}
-
-std::string rotation_split_error(Algorithm algorithm, int64_t global_length, int ranks,
-                                 const AttentionOptions& options) {
-  const RotationKind kind = single_level_kind(algorithm, ranks, options);
-  return first_error({kind.schedule_error, slot_split_error(kind.layout, global_length, ranks, kind.slots)});
-}
-
 std::unique_ptr<Strategy> make_rotation_strategy(Algorithm algorithm, Communicator& communicator,
                                                  const AttentionShape& shape, const AttentionOptions& options,
                                                  const std::string& caller_error) {
-  return std::make_unique<RotationStrategy>(communicator, single_level_kind(algorithm, communicator.size(), options),
-                                            shape, options, caller_error);
+  // Ids in the call signature that ranks agree on (ring 1, zigzag 2, hamilton 4, hamilton2 5).
+  int64_t strategy_id = 0;
+  switch (algorithm) {
+    case Algorithm::ring: strategy_id = 1; break;
+    case Algorithm::zigzag: strategy_id = 2; break;
+    case Algorithm::hamilton: strategy_id = 4; break;
+    default:
+      SPATTN_FAIL("'" << algorithm_name(algorithm)
+                      << "' is not a single-level rotation; allowed: ring, zigzag, hamilton");
+  }
+  return std::make_unique<RotationStrategy>(communicator, RotationKind{strategy_id, algorithm, 1}, shape, options,
+                                            caller_error);
 }
 
 std::unique_ptr<Strategy> make_two_level_hamilton_strategy(Communicator& communicator, int nodes,
                                                            const AttentionShape& shape, const AttentionOptions& options,
                                                            const std::string& caller_error) {
-  const int ranks = communicator.size();
-  std::string error;
-  if (nodes < 1 || ranks % nodes != 0) {
-    error = "hamilton2 needs the ranks (" + std::to_string(ranks) + ") to be a multiple of the nodes (" +
-            std::to_string(nodes) + "); ranks per node = ranks / nodes";
-  } else {
-    error = two_level_error(ranks / nodes, nodes);
-  }
-  const int ranks_per_node = error.empty() ? ranks / nodes : 1;
-  const RotationKind two_level{5, hamilton_layout(options), ranks_per_node, error,
-                               [ranks_per_node, nodes] { return two_level_cycles(ranks_per_node, nodes); }};
-  return std::make_unique<RotationStrategy>(communicator, two_level, shape, options, caller_error);
+  return std::make_unique<RotationStrategy>(communicator, RotationKind{5, Algorithm::hamilton2, nodes}, shape, options,
+                                            caller_error);
 }
 
 }  // namespace spattn

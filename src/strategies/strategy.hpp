@@ -34,18 +34,6 @@ inline void bind_to_stream(void* stream, BlockKernels& kernels, Communicator& co
   communicator.set_compute_stream(stream);
 }
 
-/// Whether `algorithm` is ring, zigzag or hamilton: one set of cycles over all ranks.
-bool is_single_level_rotation(Algorithm algorithm);
-
-/// The layout a single-level rotation uses at `ranks` ranks: contiguous for ring, zigzag for
-/// zigzag, and for hamilton zigzag when causal (equal work per rank) else contiguous.
-LayoutKind rotation_layout(Algorithm algorithm, int ranks, const AttentionOptions& options);
-
-/// "" when a single-level rotation can run over `ranks` ranks on `global_length` tokens, else
-/// why (no Hamiltonian decomposition at 4 or 6 ranks; a length that does not cut into its slots).
-std::string rotation_split_error(Algorithm algorithm, int64_t global_length, int ranks,
-                                 const AttentionOptions& options);
-
 /// ring, zigzag or Hamiltonian-cycle attention (the n-1 cycles of K*_n) over `communicator`.
 std::unique_ptr<Strategy> make_rotation_strategy(Algorithm algorithm, Communicator& communicator,
                                                  const AttentionShape& shape, const AttentionOptions& options,

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "kernels/block_kernels.hpp"
+#include "schedule/strategy_rules.hpp"
 #include "schedule/ulysses_degree.hpp"
 #include "spattn/distributed_attention.hpp"
 #include "strategies/call_validation.hpp"
@@ -530,12 +531,6 @@ namespace {
 constexpr int64_t kUlyssesId = 3;
 constexpr int64_t kUspId = 7;
 
-std::string heads_split_error(const AttentionShape& shape, int ranks) {
-  if (shape.heads < 1 || shape.heads % ranks == 0) return "";
-  return "ulysses splits query heads over ranks: heads (" + std::to_string(shape.heads) +
-         ") must be divisible by ranks (" + std::to_string(ranks) + "); use zigzag, ring or usp for this head count";
-}
-
 }  // namespace
 
 std::unique_ptr<Strategy> make_ulysses_strategy(Communicator& communicator, const AttentionShape& shape,
@@ -544,8 +539,7 @@ std::unique_ptr<Strategy> make_ulysses_strategy(Communicator& communicator, cons
   const std::vector<int64_t> signature = call_signature(kUlyssesId, shape, options);
   agree_on_call(communicator,
                 first_error({caller_error, shape_and_options_error(shape, options, communicator.device()),
-                             SequenceLayout::split_error(LayoutKind::contiguous, shape.seq, ranks),
-                             heads_split_error(shape, ranks)}),
+                             ulysses_error(shape, ranks)}),
                 signature);
   return std::make_unique<UlyssesStrategy>(communicator, AcrossGroups{},
                                            SequenceLayout(LayoutKind::contiguous, shape.seq, ranks), signature, shape,
@@ -558,22 +552,10 @@ std::unique_ptr<Strategy> make_usp_strategy(Communicator& communicator, int inne
   const int ranks = communicator.size();
   const int ranks_per_group = resolved_ulysses_degree(ranks, inner, shape);
   const int groups = ranks_per_group >= 1 && ranks % ranks_per_group == 0 ? ranks / ranks_per_group : 1;
-  std::string error = first_error({caller_error, shape_and_options_error(shape, options, communicator.device()),
-                                   ulysses_degree_error(ranks, ranks_per_group, shape)});
-  if (error.empty() && !is_single_level_rotation(across_algorithm))
-    error = "usp runs ring, zigzag or hamilton across its groups, not '" + algorithm_name(across_algorithm) + "'";
   // The scheme across the groups is checked here, on every rank, so that it never refuses
   // inside one group's communicator alone.
-  if (error.empty()) {
-    error = SequenceLayout::grouped_split_error(rotation_layout(across_algorithm, groups, options), shape.seq, groups,
-                                                ranks_per_group);
-  }
-  if (error.empty()) {
-    const std::string across_error = rotation_split_error(across_algorithm, shape.seq, groups, options);
-    if (!across_error.empty())
-      error = "across the " + std::to_string(groups) + " groups of usp, " + algorithm_name(across_algorithm) +
-              ": " + across_error;
-  }
+  std::string error = first_error({caller_error, shape_and_options_error(shape, options, communicator.device())});
+  if (error.empty()) error = usp_error(shape, ranks, inner, across_algorithm, options.causal);
   // The degree and the scheme join the signature, so ranks given different ones refuse together.
   std::vector<int64_t> signature = call_signature(kUspId, shape, options);
   signature.push_back(ranks_per_group);
@@ -596,7 +578,8 @@ std::unique_ptr<Strategy> make_usp_strategy(Communicator& communicator, int inne
                                         shape.dtype};
   across.inner = make_rotation_strategy(across_algorithm, *across.across_groups, head_shard_shape, options, "");
   SequenceLayout layout = SequenceLayout::grouped(
-      SequenceLayout(rotation_layout(across_algorithm, groups, options), shape.seq, groups), ranks_per_group);
+      SequenceLayout(rotation_form(across_algorithm, groups, options.causal, 1).layout, shape.seq, groups),
+      ranks_per_group);
   return std::make_unique<UlyssesStrategy>(communicator, std::move(across), std::move(layout), std::move(signature),
                                            shape, options);
 }

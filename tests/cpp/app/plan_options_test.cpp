@@ -143,7 +143,20 @@ TEST(PlanCommandTest, HamiltonOnEightRanksPrintsItsTables) {
   }
   // 65536 tokens cannot be cut into 2*8*7 chunks: the tables still print, the sizes do not.
   EXPECT_THAT(plan({"--ranks", "8", "--causal"}),
-              AllOf(HasSubstr("7 cycles"), HasSubstr("sizes n/a: S (65536) must be a multiple of 2*N*(N-1) = 112")));
+              AllOf(HasSubstr("7 cycles"), HasSubstr("sizes n/a: sequence length 65536 cannot be cut into 7 slots per chunk over 8 ranks")));
+}
+
+TEST(PlanCommandTest, RefusesWithRunsMessageExactlyWhenRunWould) {
+  // The plan still prints (above), and `spattn plan` then exits 1 with run's own message.
+  EXPECT_EQ(plan_refusal(parse_plan({"--ranks", "8", "--causal"})),
+            "sequence length 65536 cannot be cut into 7 slots per chunk over 8 ranks in the zigzag layout: it must be "
+            "a positive multiple of 2 x ranks x slots = 112; nearest valid lengths: 65520 or 65632");
+  EXPECT_EQ(plan_refusal(parse_plan({"--ranks", "8", "--causal", "--seq", "65520"})), "");
+  EXPECT_EQ(plan_refusal(parse_plan({"--algo", "zigzag", "--ranks", "3", "--seq", "9"})),
+            "sequence length 9 cannot be split over 3 ranks in the zigzag layout: it must be a positive multiple of 2 "
+            "x ranks = 6; nearest valid lengths: 6 or 12");
+  // A comparison refuses nothing: each strategy says n/a for itself.
+  EXPECT_EQ(plan_refusal(parse_plan({"--compare", "--ranks", "8", "--causal"})), "");
 }
 
 TEST(PlanCommandTest, JsonHasTheCyclesAndBothMappings) {
@@ -184,7 +197,7 @@ TEST(PlanCommandTest, CompareListsEveryStrategyAndWhyOneDoesNotApply) {
   const std::string text = plan({"--compare", "--causal"});
   for (Algorithm algorithm : all_algorithms()) EXPECT_THAT(text, HasSubstr("\n" + algorithm_name(algorithm) + " "));
   EXPECT_THAT(text, AllOf(HasSubstr("model of 8 ranks on nvswitch"), HasSubstr("S = 65536 (8192 per rank)"),
-                          HasSubstr("hamilton   n/a: S (65536) must be a multiple of 2*N*(N-1) = 112"),
+                          HasSubstr("hamilton   n/a: sequence length 65536 cannot be cut into 7 slots per chunk over 8 ranks"),
                           HasSubstr("hamilton2  n/a: the two-level scheme needs at least 2 nodes")));
   const std::string json = plan({"--compare", "--nodes", "2", "--json"});
   EXPECT_THAT(json,

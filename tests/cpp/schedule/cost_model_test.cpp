@@ -247,13 +247,16 @@ TEST(CostModel, StrategiesThatCannotRunSayWhy) {
   }
   // 8k tokens on 8 ranks: S = 65536 has no factor 7.
   EXPECT_EQ(cost_of(Algorithm::hamilton, nvswitch, llm_shape(8192, 8), 8, true).not_applicable,
-            "S (65536) must be a multiple of 2*N*(N-1) = 112 (nearest: 65520 or 65632)");
+            "sequence length 65536 cannot be cut into 7 slots per chunk over 8 ranks in the zigzag layout: it must "
+            "be a positive multiple of 2 x ranks x slots = 112; nearest valid lengths: 65520 or 65632");
   EXPECT_EQ(cost_of(Algorithm::hamilton, nvswitch, llm_shape(8192, 8), 8, false).not_applicable,
-            "S (65536) must be a multiple of N*(N-1) = 56 (nearest: 65520 or 65576)");
+            "sequence length 65536 cannot be cut into 7 slots per chunk over 8 ranks in the contiguous layout: it "
+            "must be a positive multiple of ranks x slots = 56; nearest valid lengths: 65520 or 65576");
   AttentionShape odd = llm_shape(8192, 8);
   odd.seq = 8;
   EXPECT_EQ(cost_of(Algorithm::zigzag, nvswitch, odd, 8).not_applicable,
-            "S (8) must be a multiple of 2*N = 16 (nearest: 16)");
+            "sequence length 8 cannot be split over 8 ranks in the zigzag layout: it must be a positive multiple of 2 "
+            "x ranks = 16; nearest valid lengths: 16");
   EXPECT_TRUE(cost_of(Algorithm::ring, nvswitch, odd, 8).applies());
   // hamilton2: nodes must divide the ranks, and one node has no two-level scheme.
   EXPECT_THAT(
@@ -268,7 +271,8 @@ TEST(CostModel, StrategiesThatCannotRunSayWhy) {
   AttentionShape few_heads = gqa;
   few_heads.heads = 24;
   EXPECT_EQ(cost_of(Algorithm::ulysses, two_node, few_heads, 16).not_applicable,
-            "heads (24) must be a multiple of the ranks (16): every rank gets whole query heads");
+            "ulysses splits query heads over ranks: heads (24) must be divisible by ranks (16); use zigzag, ring or "
+            "usp for this head count");
   EXPECT_TRUE(cost_of(Algorithm::usp, two_node, gqa, 16).applies());
   // usp's degree is chosen and refused as `spattn run` does it (schedule/ulysses_degree.hpp): the
   // kv heads must split too, so 8 kv heads allow at most 8 ranks per group.
@@ -384,13 +388,7 @@ TEST(CostModel, PresetsAndComparisonOrder) {
   for (std::size_t i = 0; i < costs.size(); ++i) EXPECT_EQ(costs[i].algorithm, all_algorithms()[i]);
 }
 
-TEST(CostModel, RotationCyclesOfEachAlgorithm) {
-  EXPECT_EQ(rotation_cycles(Algorithm::ring, 5, 1), ring_cycles(5));
-  EXPECT_EQ(rotation_cycles(Algorithm::zigzag, 5, 1), ring_cycles(5));
-  EXPECT_EQ(rotation_cycles(Algorithm::hamilton, 8, 1), hamiltonian_decomposition(8));
-  EXPECT_EQ(rotation_cycles(Algorithm::hamilton2, 8, 2), two_level_cycles(4, 2));
-  EXPECT_THAT(rotation_cycles_error(Algorithm::ulysses, 8, 1), HasSubstr("'ulysses' does not rotate along cycles"));
-  EXPECT_THROW(rotation_cycles(Algorithm::hamilton, 6, 1), Error);
+TEST(CostModel, RotationTrafficSendsEverySlotToItsNextRank) {
   // One slot per cycle, each to the next rank of its cycle.
   const StepTraffic traffic = rotation_traffic(CycleSchedule(hamiltonian_decomposition(5), 5), 10);
   for (int from = 0; from < 5; ++from)

@@ -1,0 +1,97 @@
+#include "schedule/strategy_rules.hpp"
+
+#include <algorithm>
+
+#include "schedule/rotation_schedule.hpp"
+#include "schedule/ulysses_degree.hpp"
+#include "spattn/error.hpp"
+
+namespace spattn {
+namespace {
+
+bool is_single_level_rotation(Algorithm algorithm) {
+  return algorithm == Algorithm::ring || algorithm == Algorithm::zigzag || algorithm == Algorithm::hamilton;
+}
+
+}  // namespace
+
+RotationForm rotation_form(Algorithm algorithm, int ranks, bool causal, int nodes) {
+  // The Hamiltonian schemes balance causal work over the zigzag layout; without a causal mask
+  // every placement does the same work, and contiguous shards are the simplest.
+  const LayoutKind hamilton_layout = causal ? LayoutKind::zigzag : LayoutKind::contiguous;
+  switch (algorithm) {
+    case Algorithm::ring: return {LayoutKind::contiguous, 1, ""};
+    case Algorithm::zigzag: return {LayoutKind::zigzag, 1, ""};
+    case Algorithm::hamilton:
+      // One rank has no arcs to decompose: it keeps its single slot, as the ring does.
+      return {hamilton_layout, std::max(1, ranks - 1), hamiltonian_decomposition_error(ranks)};
+    case Algorithm::hamilton2:
+      if (nodes < 1 || ranks % nodes != 0) {
+        return {hamilton_layout, 1,
+                "hamilton2 needs the ranks (" + std::to_string(ranks) + ") to be a multiple of the nodes (" +
+                    std::to_string(nodes) + "); ranks per node = ranks / nodes"};
+      }
+      return {hamilton_layout, ranks / nodes, two_level_error(ranks / nodes, nodes)};
+    default: break;
+  }
+  SPATTN_FAIL("'" << algorithm_name(algorithm) << "' does not rotate along cycles; the rotations: ring, zigzag, "
+                                                   "hamilton, hamilton2");
+}
+
+RankCycles rotation_cycles(Algorithm algorithm, int ranks, int nodes) {
+  const RotationForm form = rotation_form(algorithm, ranks, false, nodes);
+  SPATTN_CHECK(form.cycles_error.empty(), form.cycles_error);
+  if (algorithm == Algorithm::hamilton && ranks > 1) return hamiltonian_decomposition(ranks);
+  if (algorithm == Algorithm::hamilton2) return two_level_cycles(ranks / nodes, nodes);
+  return ring_cycles(ranks);
+}
+
+std::string rotation_error(Algorithm algorithm, int64_t seq, int ranks, bool causal, int nodes) {
+  const RotationForm form = rotation_form(algorithm, ranks, causal, nodes);
+  if (!form.cycles_error.empty()) return form.cycles_error;
+  return slot_split_error(form.layout, seq, ranks, form.slots);
+}
+
+std::string ulysses_error(const AttentionShape& shape, int ranks) {
+  const std::string split = SequenceLayout::split_error(LayoutKind::contiguous, shape.seq, ranks);
+  if (!split.empty()) return split;
+  if (shape.heads % ranks == 0) return "";
+  return "ulysses splits query heads over ranks: heads (" + std::to_string(shape.heads) +
+         ") must be divisible by ranks (" + std::to_string(ranks) + "); use zigzag, ring or usp for this head count";
+}
+
+std::string allgather_error(const AttentionShape& shape, int ranks) {
+  return SequenceLayout::split_error(LayoutKind::zigzag, shape.seq, ranks);
+}
+
+std::string usp_error(const AttentionShape& shape, int ranks, int inner, Algorithm across, bool causal) {
+  const int ranks_per_group = resolved_ulysses_degree(ranks, inner, shape);
+  const std::string degree = ulysses_degree_error(ranks, ranks_per_group, shape);
+  if (!degree.empty()) return degree;
+  if (!is_single_level_rotation(across))
+    return "usp runs ring, zigzag or hamilton across its groups, not '" + algorithm_name(across) + "'";
+  const int groups = ranks / ranks_per_group;
+  const LayoutKind group_layout = rotation_form(across, groups, causal, 1).layout;
+  const std::string split = SequenceLayout::grouped_split_error(group_layout, shape.seq, groups, ranks_per_group);
+  if (!split.empty()) return split;
+  const std::string across_error = rotation_error(across, shape.seq, groups, causal, 1);
+  if (across_error.empty()) return "";
+  return "across the " + std::to_string(groups) + " groups of usp, " + algorithm_name(across) + ": " + across_error;
+}
+
+std::string strategy_error(Algorithm algorithm, const AttentionShape& shape, int ranks, bool causal,
+                           const StrategyOptions& options) {
+  switch (algorithm) {
+    case Algorithm::ring:
+    case Algorithm::zigzag:
+    case Algorithm::hamilton:
+    case Algorithm::hamilton2:
+      return rotation_error(algorithm, shape.seq, ranks, causal, options.nodes);
+    case Algorithm::ulysses: return ulysses_error(shape, ranks);
+    case Algorithm::allgather: return allgather_error(shape, ranks);
+    case Algorithm::usp: return usp_error(shape, ranks, options.inner, options.across, causal);
+  }
+  SPATTN_FAIL("unknown strategy " << static_cast<int>(algorithm));
+}
+
+}  // namespace spattn

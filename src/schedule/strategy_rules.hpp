@@ -1,0 +1,54 @@
+#pragma once
+// What each strategy needs of the ranks, the sequence and the heads, and how the rotations lay
+// out and cut the sequence: the one place that decides whether a strategy can run a case and
+// says why not. Constructing a plan (src/strategies), the cost model and so `spattn plan` and the
+// auto selection all decide with these functions, so they refuse exactly the same cases with the
+// same words (tests/distributed/planner_agreement_test.cpp holds them to it). The shape's own
+// validity (positive sizes, heads divisible by kv heads) is checked before, by whoever takes it.
+
+#include <cstdint>
+#include <string>
+
+#include "schedule/cycle_schedule.hpp"
+#include "spattn/attention_shape.hpp"
+#include "spattn/distributed_attention.hpp"
+#include "spattn/sequence_layout.hpp"
+
+namespace spattn {
+
+/// How a rotation (ring, zigzag, hamilton, hamilton2) holds the sequence: its layout, the slots
+/// every chunk is cut into (one per cycle), and why its cycles do not exist ("" when they do).
+struct RotationForm {
+  LayoutKind layout = LayoutKind::contiguous;
+  int slots = 1;
+  std::string cycles_error;
+};
+
+/// The form of `algorithm` at `ranks` ranks: ring contiguous, zigzag zigzag, hamilton (the n-1
+/// cycles of K*_n) and hamilton2 (two levels over `nodes` nodes) zigzag under a causal mask,
+/// which gives every rank equal work, else contiguous. Throws Error for a strategy that does not
+/// rotate.
+RotationForm rotation_form(Algorithm algorithm, int ranks, bool causal, int nodes);
+
+/// The cycles of that form. Throws Error with cycles_error when there are none.
+RankCycles rotation_cycles(Algorithm algorithm, int ranks, int nodes);
+
+/// "" when the rotation runs `seq` tokens over `ranks` ranks, else why: no cycles, or a length
+/// that its layout does not cut into its slots.
+std::string rotation_error(Algorithm algorithm, int64_t seq, int ranks, bool causal, int nodes);
+
+/// ulysses: a contiguous layout and whole query heads per rank.
+std::string ulysses_error(const AttentionShape& shape, int ranks);
+
+/// all-gather attention: the zigzag layout, causal or not.
+std::string allgather_error(const AttentionShape& shape, int ranks);
+
+/// usp: a valid Ulysses degree `inner` (schedule/ulysses_degree.hpp; 0 chooses) and a
+/// single-level rotation `across` the groups that runs the groups' layout.
+std::string usp_error(const AttentionShape& shape, int ranks, int inner, Algorithm across, bool causal);
+
+/// Any strategy: "" when `algorithm` runs `shape` at `ranks` ranks with `options`, else why.
+std::string strategy_error(Algorithm algorithm, const AttentionShape& shape, int ranks, bool causal,
+                           const StrategyOptions& options);
+
+}  // namespace spattn
