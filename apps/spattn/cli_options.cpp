@@ -89,7 +89,9 @@ Real parse_positive_real(const std::string& option, const std::string& text) {
   return value;
 }
 
-void parse_across(RunOptions& options, const std::string& name) {
+// --across of run and plan: usp's rotation across its groups.
+template <typename Options>
+void parse_across(Options& options, const std::string& name) {
   if (name != "ring" && name != "zigzag" && name != "hamilton")
     throw UsageError("unknown --across '" + name + "'; allowed: ring, zigzag, hamilton");
   options.across = name;
@@ -267,6 +269,8 @@ const OptionTable<PlanOptions>& plan_option_table() {
         }},
        {"--inner", "N1", "usp: Ulysses degree, ranks per group (default: the largest dividing N, H and HK, as run)",
         [](PlanOptions& options, const std::string& value) { options.inner = parse_count("--inner", value, 1); }},
+       {"--across", "NAME", "usp: ring, zigzag or hamilton across the groups (default zigzag)",
+        [](PlanOptions& options, const std::string& value) { parse_across(options, value); }},
        {"--causal", nullptr, "causal mask: query i sees keys j <= i",
         [](PlanOptions& options, const std::string&) { options.causal = true; }}},
       shape_options<PlanOptions>("global sequence length (default " + std::to_string(kPlanTokensPerRank) +

@@ -60,6 +60,7 @@ struct PlanOptions {
   int nodes = 0;                       // the cluster's (and hamilton2's) nodes; 0: as many as the ranks fill
   int gpus_per_node = 0;               // ranks per node; 0: the preset's
   int inner = 0;                       // usp's Ulysses degree; 0: the largest run would choose
+  std::string across = "zigzag";       // usp's rotation across its groups: ring, zigzag or hamilton
   bool causal = false;
   int64_t batch = 1;
   int64_t seq = 0;  // global sequence length; 0: kPlanTokensPerRank per rank

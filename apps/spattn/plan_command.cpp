@@ -45,6 +45,7 @@ PlanCase plan_case(const PlanOptions& options) {
   plan.causal = options.causal;
   plan.strategy_options.nodes = plan.cluster.nodes;
   plan.strategy_options.inner = options.inner;
+  plan.strategy_options.across = parse_algorithm(options.across);
   return plan;
 }
 

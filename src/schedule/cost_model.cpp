@@ -86,11 +86,24 @@ StepTraffic group_all_to_all(int ranks, int group_size, const std::vector<int64_
   return traffic;
 }
 
-// Every rank sends one message to the rank `stride` ahead: usp's ring across Ulysses groups.
-StepTraffic shift_traffic(int ranks, int stride, int64_t bytes) {
-  StepTraffic traffic = no_traffic(ranks);
-  for (int from = 0; from < ranks; ++from) add_message(traffic, from, (from + stride) % ranks, bytes);
+// Rank i of group g sends each slot along its cycle over the groups to rank i of the group next on
+// that cycle: a rotation over `over_groups.ranks()` groups of `inner` consecutive ranks (usp's
+// scheme across its Ulysses groups; with inner 1 a rotation over the ranks themselves).
+StepTraffic grouped_rotation_traffic(const CycleSchedule& over_groups, int inner, int64_t slot_bytes) {
+  StepTraffic traffic = no_traffic(over_groups.ranks() * inner);
+  for (int cycle = 0; cycle < over_groups.slots(); ++cycle)
+    for (int group = 0; group < over_groups.ranks(); ++group)
+      for (int member = 0; member < inner; ++member)
+        add_message(traffic, group * inner + member, over_groups.successor(cycle, group) * inner + member, slot_bytes);
   return traffic;
+}
+
+// Whether a rotation step's attention is half its block under a causal mask: on the balanced
+// layouts (zigzag, and hamilton's over zigzag) every step sees half of its keys on every rank; on
+// the contiguous ring the last rank sees every earlier rank's keys in full and the steps wait for
+// it, so only its own block, step 0, is halved.
+bool rotation_step_halved(Algorithm algorithm, bool causal, int step) {
+  return causal && (algorithm != Algorithm::ring || step == 0);
 }
 
 bool same_step(const StepCost& a, const StepCost& b) {
@@ -236,11 +249,8 @@ void cost_rotation(StrategyCost& cost, const Problem& problem, const StrategyOpt
   const int64_t tokens = problem.tokens_per_rank();
   const StepTraffic kv = rotation_traffic(schedule, kv_slot_bytes(problem.shape, ranks, slots, problem.shape.dtype));
   const StepTraffic kv_gradient = rotation_traffic(schedule, kv_slot_bytes(problem.shape, ranks, slots, DType::f32));
-  // Under a causal mask the contiguous ring's last rank sees every earlier rank's keys in full,
-  // and the steps wait for it; the balanced layouts see half of every step's keys on every rank.
   const auto forward_flop = [&](int step) {
-    const bool halved = problem.causal && (algorithm != Algorithm::ring || step == 0);
-    return problem.flop(problem.shape.heads, tokens, tokens, halved);
+    return problem.flop(problem.shape.heads, tokens, tokens, rotation_step_halved(algorithm, problem.causal, step));
   };
   add_rotation_passes(cost, problem, ranks, forward_flop, kv, kv_gradient);
 }
@@ -288,18 +298,21 @@ void cost_allgather(StrategyCost& cost, const Problem& problem) {
                      group_all_to_all(ranks, ranks, {k_gradient_shard, k_gradient_shard}));
 }
 
-// Ulysses inside groups of N1 consecutive ranks, then a zigzag ring over the N2 = N/N1 groups:
-// rank i of group g exchanges with rank i of groups g +- 1 the K,V of the group's S/N2 tokens
-// for its kv heads (HK/N1 when N1 divides HK), 2*B*(S/N2)*(HK/N1)*D*e = 2*B*(S/N)*HK*D*e bytes
-// per step (as much as a ring of N), against N1 times a ring step's attention (H/N1 heads of
-// S/N2 x S/N2 tokens).
+// Ulysses inside groups of N1 consecutive ranks, then a rotation (options.across: ring, zigzag or
+// hamilton) over the N2 = N/N1 groups: rank i of group g sends rank i of the next group on each
+// cycle one slot of the K,V of the group's S/N2 tokens for its kv heads (HK/N1 when N1 divides
+// HK); over all slots 2*B*(S/N2)*(HK/N1)*D*e = 2*B*(S/N)*HK*D*e bytes per step, as much as a ring
+// of N, against N1 times a ring step's attention (H/N1 heads of S/N2 x S/N2 tokens).
 void cost_usp(StrategyCost& cost, const Problem& problem, const StrategyOptions& options) {
   const int ranks = problem.ranks;
   const AttentionShape& shape = problem.shape;
   // The degree exactly as `spattn run` chooses it (schedule/ulysses_degree.hpp).
   const int inner = resolved_ulysses_degree(ranks, options.inner, shape);
   const int groups = ranks / inner;
-  cost.configuration = "Ulysses " + std::to_string(inner) + " x ring " + std::to_string(groups);
+  const CycleSchedule over_groups(rotation_cycles(options.across, groups, 1), groups);
+  const int slots = over_groups.slots();
+  cost.configuration = "Ulysses " + std::to_string(inner) + " x " + algorithm_name(options.across) + " " +
+                       std::to_string(groups) + (slots > 1 ? " (" + std::to_string(slots) + " slots)" : "");
   const int64_t tokens = problem.tokens_per_rank();
   const int64_t group_tokens = shape.seq / groups;
   const int64_t heads = shape.heads / inner;
@@ -313,10 +326,13 @@ void cost_usp(StrategyCost& cost, const Problem& problem, const StrategyOptions&
                      group_all_to_all(ranks, inner, {q_part, kv_part, kv_part}));
   add_transfer_phase(cost.backward, problem, "all-to-all q,k,v,out,dout,lse",
                      group_all_to_all(ranks, inner, {q_part, kv_part, kv_part, q_part, q_part, lse_part}));
-  const auto forward_flop = [&](int) { return problem.flop(heads, group_tokens, group_tokens, problem.causal); };
+  const auto forward_flop = [&](int step) {
+    return problem.flop(heads, group_tokens, group_tokens, rotation_step_halved(options.across, problem.causal, step));
+  };
+  const int64_t slot_tokens = group_tokens / slots;
   add_rotation_passes(cost, problem, groups, forward_flop,
-                      shift_traffic(ranks, inner, 2 * problem.bytes(group_tokens, kv_heads, e)),
-                      shift_traffic(ranks, inner, 2 * problem.bytes(group_tokens, kv_heads, kFp32Bytes)));
+                      grouped_rotation_traffic(over_groups, inner, 2 * problem.bytes(slot_tokens, kv_heads, e)),
+                      grouped_rotation_traffic(over_groups, inner, 2 * problem.bytes(slot_tokens, kv_heads, kFp32Bytes)));
   add_transfer_phase(cost.forward, problem, "all-to-all out,lse", group_all_to_all(ranks, inner, {q_part, lse_part}));
   add_transfer_phase(cost.backward, problem, "all-to-all dq,dk,dv",
                      group_all_to_all(ranks, inner, {q_part, kv_part, kv_part}));
@@ -370,11 +386,7 @@ int64_t kv_slot_bytes(const AttentionShape& shape, int ranks, int slots, DType d
 }
 
 StepTraffic rotation_traffic(const CycleSchedule& schedule, int64_t slot_bytes) {
-  StepTraffic traffic = no_traffic(schedule.ranks());
-  for (int cycle = 0; cycle < schedule.slots(); ++cycle)
-    for (int rank = 0; rank < schedule.ranks(); ++rank)
-      add_message(traffic, rank, schedule.successor(cycle, rank), slot_bytes);
-  return traffic;
+  return grouped_rotation_traffic(schedule, 1, slot_bytes);
 }
 
 Transfer step_transfer(const Cluster& cluster, const StepTraffic& traffic) {

@@ -120,6 +120,7 @@ TEST(PlanOptionsTest, BadValuesAreUsageErrors) {
   EXPECT_THAT(usage_error({"plan", "8"}), HasSubstr("unexpected argument '8' for 'spattn plan'"));
   EXPECT_EQ(parse({"plan", "--ranks", "8", "--help"}).kind, CliCommand::Kind::help);
   EXPECT_EQ(exit_status([] { parse({"plan", "--ranks", "x"}); }), 2);
+  EXPECT_EQ(exit_status([] { parse({"plan", "--across", "ulysses"}); }), 2);
 }
 
 TEST(PlanOptionsTest, UsageTextDocumentsThePlanOptionsAndPresets) {
@@ -144,6 +145,12 @@ TEST(PlanCommandTest, HamiltonOnEightRanksPrintsItsTables) {
   // 65536 tokens cannot be cut into 2*8*7 chunks: the tables still print, the sizes do not.
   EXPECT_THAT(plan({"--ranks", "8", "--causal"}),
               AllOf(HasSubstr("7 cycles"), HasSubstr("sizes n/a: sequence length 65536 cannot be cut into 7 slots per chunk over 8 ranks")));
+}
+
+TEST(PlanCommandTest, UspAcrossTheSchemeGiven) {
+  EXPECT_THAT(plan({"--compare", "--ranks", "10", "--inner", "2", "--across", "hamilton", "--heads", "32", "--kv-heads",
+                    "8", "--seq", "81920"}),
+              HasSubstr("Ulysses 2 x hamilton 5 (4 slots)"));
 }
 
 TEST(PlanCommandTest, RefusesWithRunsMessageExactlyWhenRunWould) {
@@ -203,7 +210,7 @@ TEST(PlanCommandTest, CompareListsEveryStrategyAndWhyOneDoesNotApply) {
   EXPECT_THAT(json,
               AllOf(HasSubstr("\"ranks\": 16"), HasSubstr("\"strategies\": [{\"algo\": \"ring\""),
                     // usp's degree as `spattn run` chooses it: the largest dividing N, H and HK.
-                    HasSubstr("\"algo\": \"usp\", \"not_applicable\": null, \"configuration\": \"Ulysses 16 x ring 1\""),
+                    HasSubstr("\"algo\": \"usp\", \"not_applicable\": null, \"configuration\": \"Ulysses 16 x zigzag 1\""),
                     HasSubstr("\"forward_backward_s\": "), Not(HasSubstr("inf")), Not(HasSubstr("nan"))));
   // --tflops replaces the preset's kernel rate.
   EXPECT_THAT(plan({"--compare", "--tflops", "250"}), HasSubstr("kernel 250 TFLOP/s"));

@@ -108,7 +108,7 @@ TEST(CostModel, BytesAndMessagesPerStepMatchHandComputedValues) {
   // usp: Ulysses degree 4, a ring of 2 groups:
   // 2 * 224 tokens * 2 heads * 4 dims * 2 bytes, as much as the ring's step.
   const StrategyCost& usp = costs.at(Algorithm::usp);
-  EXPECT_EQ(usp.configuration, "Ulysses 4 x ring 2");
+  EXPECT_EQ(usp.configuration, "Ulysses 4 x zigzag 2");
   EXPECT_EQ(usp.step.transfer.bytes, 7168);
   EXPECT_EQ(usp.step.transfer.inter_node_bytes, 7168);
   EXPECT_EQ(usp.step.transfer.messages, 1);
@@ -283,7 +283,7 @@ TEST(CostModel, StrategiesThatCannotRunSayWhy) {
                                                           "4 8 (0 chooses the largest)"));
   EXPECT_EQ(cost_of(Algorithm::usp, two_node, gqa, 16, false, StrategyOptions{1, 16}).not_applicable,
             ulysses_degree_error(16, 16, gqa));
-  EXPECT_EQ(cost_of(Algorithm::usp, two_node, gqa, 16).configuration, "Ulysses 8 x ring 2");
+  EXPECT_EQ(cost_of(Algorithm::usp, two_node, gqa, 16).configuration, "Ulysses 8 x zigzag 2");
   EXPECT_EQ(cost_of(Algorithm::usp, two_node, few_heads, 16, false, StrategyOptions{1, 16}).not_applicable,
             ulysses_degree_error(16, 16, few_heads));
   // Invalid input throws rather than reporting n/a.
@@ -315,7 +315,7 @@ TEST(CostModel, UspTradesUlyssesAllToAllsForLongerRingSteps) {
   const AttentionShape shape = llm_shape(8192, 16);
   const StrategyCost zigzag = cost_of(Algorithm::zigzag, two_node, shape, 16, true);
   const StrategyCost usp = cost_of(Algorithm::usp, two_node, shape, 16, true, StrategyOptions{1, 8});
-  EXPECT_EQ(usp.configuration, "Ulysses 8 x ring 2");
+  EXPECT_EQ(usp.configuration, "Ulysses 8 x zigzag 2");
   EXPECT_EQ(usp.step.transfer.bytes, zigzag.step.transfer.bytes);
   EXPECT_DOUBLE_EQ(usp.step.compute_seconds, 8 * zigzag.step.compute_seconds);
   EXPECT_EQ(usp.forward.front().what, "all-to-all q,k,v");
@@ -330,6 +330,26 @@ TEST(CostModel, UspTradesUlyssesAllToAllsForLongerRingSteps) {
   const StrategyCost ulysses = cost_of(Algorithm::ulysses, two_node, shape, 16, true);
   EXPECT_DOUBLE_EQ(attention_seconds(usp), attention_seconds(zigzag));
   EXPECT_DOUBLE_EQ(attention_seconds(ulysses), attention_seconds(zigzag));
+}
+
+TEST(CostModel, UspAcrossItsGroupsAsTheSchemeItRuns) {
+  // 5 groups of 2: hamilton across them moves the same bytes per step as the ring in 4 slots of a
+  // quarter each, one message per slot, to 4 different groups.
+  const Cluster cluster = sized_cluster(cluster_preset("nvswitch"), 10, 0, 16);
+  const AttentionShape shape{1, 81920, 32, 8, 128, DType::bf16};
+  StrategyOptions across_ring{1, 2, Algorithm::ring}, across_hamilton{1, 2, Algorithm::hamilton};
+  const StrategyCost ring = cost_of(Algorithm::usp, cluster, shape, 10, false, across_ring);
+  const StrategyCost hamilton = cost_of(Algorithm::usp, cluster, shape, 10, false, across_hamilton);
+  EXPECT_EQ(hamilton.configuration, "Ulysses 2 x hamilton 5 (4 slots)");
+  EXPECT_EQ(hamilton.step.transfer.bytes, ring.step.transfer.bytes);
+  EXPECT_EQ(hamilton.step.transfer.messages, 4 * ring.step.transfer.messages);
+  EXPECT_DOUBLE_EQ(hamilton.step.compute_seconds, ring.step.compute_seconds);
+  // Causal: the contiguous ring across the groups waits for its last group, which sees whole
+  // blocks from step 1 on; zigzag sees half of every block on every group.
+  const StrategyCost causal_ring = cost_of(Algorithm::usp, cluster, shape, 10, true, across_ring);
+  StrategyOptions across_zigzag{1, 2, Algorithm::zigzag};
+  const StrategyCost causal_zigzag = cost_of(Algorithm::usp, cluster, shape, 10, true, across_zigzag);
+  EXPECT_DOUBLE_EQ(causal_ring.step.compute_seconds, 2 * causal_zigzag.step.compute_seconds);
 }
 
 TEST(CostModel, TimesGrowWithTheSequence) {
