@@ -1,7 +1,8 @@
 // The cost model's verdict on a case (can this strategy run it, and if not, why?) against what
 // constructing the plan does on these ranks: the same answer in the same words for every strategy
-// over a grid of shapes, node counts and masks (issue 19, item 6: `spattn plan` refuses exactly
-// what `spattn run` refuses), since both decide with schedule/strategy_rules.hpp.
+// over a grid of shapes, node counts, usp schemes and masks, windows included (issue 19, item 6:
+// `spattn plan` refuses exactly what `spattn run` refuses), since both decide with
+// schedule/strategy_rules.hpp.
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -18,6 +19,15 @@
 
 namespace spattn {
 namespace {
+
+// Masks of the grid: none, causal, and sliding windows (which change no strategy's verdict: the
+// cost model takes none, and run must agree).
+struct Mask {
+  bool causal;
+  int64_t window_left;
+  int64_t window_right;
+};
+constexpr Mask kMasks[] = {{false, -1, -1}, {true, -1, -1}, {false, 5, 0}, {false, 3, 2}, {true, 4, -1}};
 
 // The strategy options worth varying for `algorithm`: hamilton2's node count, usp's degree and
 // scheme across its groups.
@@ -46,11 +56,14 @@ TEST(PlannerAgreement, TheModelRefusesExactlyWhatAPlanRefuses) {
   for (const Algorithm algorithm : all_algorithms())
     for (const int64_t seq : {24, 48, 60, 84, 112, 7 * ranks})
       for (const auto& [heads, kv_heads] : {std::pair<int64_t, int64_t>{4, 2}, {6, 3}, {8, 8}, {3, 3}, {16, 4}})
-        for (const bool causal : {false, true})
+        for (const Mask& mask : kMasks)
           for (const StrategyOptions& strategy_options : option_variants(algorithm)) {
             const AttentionShape shape{1, seq, heads, kv_heads, 8, DType::f32};
+            const bool causal = mask.causal;
             AttentionOptions options;
             options.causal = causal;
+            options.window_left = mask.window_left;
+            options.window_right = mask.window_right;
             // Run's errors carry the library's "spattn: " prefix; the model's reason is bare.
             std::string run =
                 error_of([&] { DistributedAttention plan(world(), algorithm, shape, options, strategy_options); });
@@ -60,7 +73,8 @@ TEST(PlannerAgreement, TheModelRefusesExactlyWhatAPlanRefuses) {
             ++cases;
             if (run != model)
               disagreements << "\n" << algorithm_name(algorithm) << " S " << seq << " H " << heads << " HK " << kv_heads
-                            << (causal ? " causal" : "") << " nodes " << strategy_options.nodes << " inner "
+                            << (causal ? " causal" : "") << " window " << mask.window_left << ","
+                            << mask.window_right << " nodes " << strategy_options.nodes << " inner "
                             << strategy_options.inner << " across " << algorithm_name(strategy_options.across)
                             << ": run '" << run << "', model '" << model << "'";
           }
