@@ -64,10 +64,14 @@ TEST(PlannerAgreement, TheModelRefusesExactlyWhatAPlanRefuses) {
             options.causal = causal;
             options.window_left = mask.window_left;
             options.window_right = mask.window_right;
-            // Run's errors carry the library's "spattn: " prefix; the model's reason is bare.
+            // Run's errors carry the library's "spattn: " prefix and, on the ranks that learn the
+            // verdict from another, "rank R rejected the call: "; the model's reason is bare.
             std::string run =
                 error_of([&] { DistributedAttention plan(world(), algorithm, shape, options, strategy_options); });
             if (run.rfind("spattn: ", 0) == 0) run.erase(0, 8);
+            const std::string relayed = " rejected the call: ";
+            if (run.rfind("rank ", 0) == 0 && run.find(relayed) != std::string::npos)
+              run.erase(0, run.find(relayed) + relayed.size());
             const std::string model =
                 strategy_cost(cluster, shape, ranks, causal, algorithm, strategy_options).not_applicable;
             ++cases;
