@@ -7,7 +7,6 @@
 #include "schedule/strategy_rules.hpp"
 #include "schedule/ulysses_degree.hpp"
 #include "spattn/error.hpp"
-#include "spattn/sequence_layout.hpp"
 
 namespace spattn {
 namespace {
