@@ -3,10 +3,10 @@
 // global positions, query and key counts that are not multiples of a tile, segments with gaps
 // and out of order, more segments than one launch takes, accumulation onto a running result,
 // rows that see no key, long key tiles under masks, GQA 1:1 to 8:1, batch 1 and 3, head dims 64
-// and 128, bf16 and fp16, final_out, bad blocks, and a larger block run three times (twice on one
-// stream, once on another) for identical bits. Outputs are NaN-poisoned before every run so that
-// unwritten elements show. Where the GPU or the build has
-// no own forward, every test says why and skips.
+// and 128, bf16 and fp16, final_out, bad blocks, and a larger block run four times for identical
+// bits (twice on one stream, once on another, once from a CUDA graph). Outputs are NaN-poisoned
+// before every run so that unwritten elements show. Where the GPU or the build has no own
+// forward, every test says why and skips.
 //
 // Tolerance: as the cuDNN tests' (2e-2 of the largest reference magnitude for bf16, 5e-3 for
 // fp16; the probabilities are rounded to the input dtype before P V), and the own kernel's error
@@ -293,16 +293,28 @@ TEST_F(HopperForward, LargerBlockIsAccurateAndDeterministic) {
   if (!reason.empty()) GTEST_SKIP() << reason;
   const float scale = 1.0f / std::sqrt(128.0f);
   const BlockProblem p = make_problem(c, DType::bf16, 128, scale, generator_, false);
-  // 160 query tiles, more than an H100's 132 multiprocessors: CTAs take several. The same bits
-  // again, and on a second stream.
-  DeviceBlock first(*gpu_, p, c, 128, scale), second(*gpu_, p, c, 128, scale), third(*gpu_, p, c, 128, scale);
+  // 160 query tiles, more than an H100's 132 multiprocessors: the causal mask's tile counter hands
+  // them out, and each launch must find it reset by the one before on its stream. The same bits
+  // again, on a second stream (its own counter), and from a CUDA graph (captured launches take
+  // the static schedule: a graph may be replayed on any stream).
+  DeviceBlock first(*gpu_, p, c, 128, scale), second(*gpu_, p, c, 128, scale), third(*gpu_, p, c, 128, scale),
+      fourth(*gpu_, p, c, 128, scale);
   run_own(first);
   run_own(second);
   cudaStream_t other = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking), cudaSuccess);
-  ASSERT_EQ(cudaStreamSynchronize(gpu_->stream()), cudaSuccess);  // third's inputs are uploaded
+  ASSERT_EQ(cudaStreamSynchronize(gpu_->stream()), cudaSuccess);  // the inputs are uploaded
   cuda::hopper_forward(third.block, other);
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t replay = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(other, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  cuda::hopper_forward(fourth.block, other);
+  ASSERT_EQ(cudaStreamEndCapture(other, &graph), cudaSuccess);
+  ASSERT_EQ(cudaGraphInstantiate(&replay, graph, 0), cudaSuccess);
+  ASSERT_EQ(cudaGraphLaunch(replay, other), cudaSuccess);
   ASSERT_EQ(cudaStreamSynchronize(other), cudaSuccess);
+  ASSERT_EQ(cudaGraphExecDestroy(replay), cudaSuccess);
+  ASSERT_EQ(cudaGraphDestroy(graph), cudaSuccess);
   ASSERT_EQ(cudaStreamDestroy(other), cudaSuccess);
   const HostTensor out = first.out->download(), lse = first.lse->download();
   expect_near_reference(p.out, out, 2e-2, "out vs fp64");
@@ -311,6 +323,8 @@ TEST_F(HopperForward, LargerBlockIsAccurateAndDeterministic) {
   expect_identical(lse, second.lse->download(), "lse of a second run");
   expect_identical(out, third.out->download(), "out of a run on another stream");
   expect_identical(lse, third.lse->download(), "lse of a run on another stream");
+  expect_identical(out, fourth.out->download(), "out of a run from a CUDA graph");
+  expect_identical(lse, fourth.lse->download(), "lse of a run from a CUDA graph");
 }
 
 TEST_F(HopperForward, BadBlocksAreRefusedWithTheReason) {

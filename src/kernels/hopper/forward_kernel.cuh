@@ -1,7 +1,8 @@
 #pragma once
 // The own attention forward for sm_90a (FlashAttention-3's design, written for spattn's blocks):
 // - one CTA of three warpgroups per multiprocessor, persistent over query tiles of 128 rows
-//   (ordered so that the longest start first);
+//   (ordered so that the longest start first; under a mask a counter in device memory hands them
+//   out, query_tile_schedule.hpp); the producer publishes each tile to the consumers;
 // - warpgroup 0 produces: one thread issues tensor-memory-accelerator (TMA) loads of Q once per
 //   query tile and of K and V tiles through a two-stage pipeline of shared memory, for every key
 //   tile of every segment that some row of the query tile sees (key_tile_plan.hpp);
@@ -92,7 +93,8 @@ struct ForwardTraits {
     alignas(1024) Element q[cosize_v<SmemQ>];
     alignas(1024) Element k[cosize_v<SmemK>];
     alignas(1024) Element v[cosize_v<SmemVt>];
-    alignas(16) cutlass::arch::ClusterTransactionBarrier query_full;
+    alignas(16) cutlass::arch::ClusterTransactionBarrier query_full;  // also: query_tile is published
+    int query_tile;  // schedule position of the tile in q (total_tiles or more: none left)
     typename Pipeline::SharedStorage k_pipeline;
     typename Pipeline::SharedStorage v_pipeline;
   };
@@ -112,7 +114,7 @@ struct ForwardParams {
 
 /// Named barriers (ids past CUTLASS's reserved ones).
 enum class ForwardBarrier : uint32_t {
-  query_empty = 0,  // consumers -> producer: the query tile in shared memory is no longer read
+  query_empty = 0,  // consumers -> producer: the query tile (and its number) in shared memory are no longer read
   turn_of_first_consumer = 1,  // + consumer warpgroup: its turn to issue matrix products
 };
 
@@ -127,15 +129,35 @@ struct QueryTile {
 template <class Traits>
 __device__ QueryTile query_tile(const ForwardParams<Traits>& params, int linear) {
   const ForwardProblem& problem = params.problem;
-  const int head_and_batch = params.schedule.head_and_batch(linear);
+  const QueryTileSchedule::Place place = params.schedule.place(linear);
   QueryTile tile;
-  tile.m_block = params.schedule.m_block(linear);
-  tile.head = head_and_batch % problem.heads;
-  tile.batch = head_and_batch / problem.heads;
+  tile.m_block = place.m_block;
+  tile.head = place.head_and_batch % problem.heads;
+  tile.batch = place.head_and_batch / problem.heads;
   const int first_row = tile.m_block * Traits::kBlockM;
   const int valid_rows = min(Traits::kBlockM, problem.rows - first_row);
   tile.rows = {problem.q_position + first_row, problem.q_position + first_row + valid_rows - 1};
   return tile;
+}
+
+/// The producer's next schedule position (total_tiles or more: none left), the same in every
+/// lane of its warp: the static schedule's, or the counter's next tile (lane 0 takes it).
+template <class Traits>
+__device__ int next_query_tile(const ForwardParams<Traits>& params, int current) {
+  const QueryTileSchedule& schedule = params.schedule;
+  if (schedule.counter == nullptr)
+    return current < 0 ? schedule.first_tile(blockIdx.x) : schedule.next_tile(current, gridDim.x);
+  int next = 0;
+  if (threadIdx.x % 32 == 0) {
+    next = static_cast<int>(atomicAdd(&schedule.counter[0], 1u));
+    // Each CTA takes tiles until it finds none left, then counts itself out; the last one out
+    // resets the counters, when no CTA of this launch reads them any more.
+    if (next >= schedule.total_tiles && atomicAdd(&schedule.counter[1], 1u) == gridDim.x - 1) {
+      atomicExch(&schedule.counter[0], 0u);
+      atomicExch(&schedule.counter[1], 0u);
+    }
+  }
+  return __shfl_sync(0xffffffffu, next, 0);
 }
 
 /// Walks the key tiles one query tile visits: every visible tile of segment 0, then of segment 1,
@@ -217,28 +239,44 @@ __device__ void produce(const ForwardParams<Traits>& params, typename Traits::Sh
   };
 
   typename Traits::PipelineState write = cutlass::make_producer_start_state<Pipeline>();
-  const QueryTileSchedule& schedule = params.schedule;
-  for (int linear = schedule.first_tile(blockIdx.x); linear < schedule.total_tiles;
-       linear = schedule.next_tile(linear, gridDim.x)) {
-    const QueryTile query = query_tile(params, linear);
-    const int kv_head = query.head / (problem.heads / problem.kv_heads);
+  const int total_tiles = params.schedule.total_tiles;
+  // Each query tile, and at the end "none left", is published to the consumers in shared memory
+  // once they are done with the previous tile's Q: query_full completes when Q has arrived (at
+  // once for a tile without keys, or for none left).
+  for (int linear = next_query_tile(params, -1);;) {
+    const bool none_left = linear >= total_tiles;
+    // Taken now, so that the counter's latency hides behind this tile.
+    const int next = none_left ? linear : next_query_tile(params, linear);
+    QueryTile query{};
     KeyTileCursor cursor;
-    if (!cursor.next_segment<kBlockN>(problem, query.rows)) continue;  // the consumers write it empty
+    bool has_keys = false;
+    if (!none_left) {
+      query = query_tile(params, linear);
+      has_keys = cursor.next_segment<kBlockN>(problem, query.rows);
+    }
+    const int kv_head = query.head / (problem.heads / problem.kv_heads);
 
-    if (issuing) load_key_tile(cursor.segment, cursor.tile, query.batch, kv_head, write);
+    if (has_keys && issuing) load_key_tile(cursor.segment, cursor.tile, query.batch, kv_head, write);
     cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads + 32, uint32_t(ForwardBarrier::query_empty));
     if (issuing) {
-      auto cta_q = params.tma_q.get_slice(_0{});
-      shared.query_full.arrive_and_expect_tx(Traits::kQueryTileBytes);
-      copy(params.tma_q.with(reinterpret_cast<cutlass::arch::ClusterTransactionBarrier::ValueType&>(shared.query_full), 0,
-                             TMA::CacheHintSm90::EVICT_FIRST),
-           group_modes<0, 3>(cta_q.partition_S(query_rows(query))), group_modes<0, 3>(cta_q.partition_D(sQ)));
-      // The next query tile's rows into L2 now: its load, which waits until this tile's last
-      // S = Q K^T, then takes an L2 hit instead of a trip to memory while the tensor cores idle.
-      const int next = schedule.next_tile(linear, gridDim.x);
-      if (next < schedule.total_tiles)
-        prefetch(params.tma_q, group_modes<0, 3>(cta_q.partition_S(query_rows(query_tile(params, next)))));
+      shared.query_tile = linear;  // visible to the consumers through query_full's release
+      if (!has_keys) {
+        shared.query_full.arrive();
+      } else {
+        auto cta_q = params.tma_q.get_slice(_0{});
+        shared.query_full.arrive_and_expect_tx(Traits::kQueryTileBytes);
+        copy(params.tma_q.with(reinterpret_cast<cutlass::arch::ClusterTransactionBarrier::ValueType&>(shared.query_full),
+                               0, TMA::CacheHintSm90::EVICT_FIRST),
+             group_modes<0, 3>(cta_q.partition_S(query_rows(query))), group_modes<0, 3>(cta_q.partition_D(sQ)));
+        // The next query tile's rows into L2 now: its load, which waits until this tile's last
+        // S = Q K^T, then takes an L2 hit instead of a trip to memory while the tensor cores idle.
+        if (next < total_tiles)
+          prefetch(params.tma_q, group_modes<0, 3>(cta_q.partition_S(query_rows(query_tile(params, next)))));
+      }
     }
+    if (none_left) break;
+    linear = next;
+    if (!has_keys) continue;  // the consumers write it empty
     // V of a key tile goes one step after its K: the consumers multiply by V after the softmax
     // of the tile, while the next tile's S = Q K^T runs.
     KeyTileCursor previous = cursor;
@@ -367,10 +405,12 @@ __device__ void consume(const ForwardParams<Traits>& params, typename Traits::Sh
   if (warpgroup == 0) NamedBarrier::arrive(Traits::kConsumerThreads, turn_barrier(0));
 
   typename Traits::PipelineState read;
-  int query_tiles_loaded = 0;  // the phase of shared.query_full
-  const QueryTileSchedule& schedule = params.schedule;
-  for (int linear = schedule.first_tile(blockIdx.x); linear < schedule.total_tiles;
-       linear = schedule.next_tile(linear, gridDim.x)) {
+  for (int published = 0;; ++published) {
+    shared.query_full.wait(published % 2);
+    // The same in every lane: a shuffle from lane 0 tells the compiler so, and the tile's
+    // coordinates stay in uniform registers instead of the 240 that the products need.
+    const int linear = __shfl_sync(0xffffffffu, shared.query_tile, 0);
+    if (linear >= params.schedule.total_tiles) break;
     const QueryTile query = query_tile(params, linear);
     OnlineSoftmax<kRows> softmax(problem.scale);
     Tensor tOrO = partition_fragment_C(mma_pv, Shape<Int<kBlockM>, Int<kHeadDim>>{});  // (MMA, MMA_M, MMA_N) fp32
@@ -385,6 +425,7 @@ __device__ void consume(const ForwardParams<Traits>& params, typename Traits::Sh
         softmax.finish(lse, normalizer);
         store_rows<Traits>(problem, query, out, out_rows_columns, lse, normalizer);
       }
+      NamedBarrier::arrive(Traits::kConsumerThreads + 32, uint32_t(ForwardBarrier::query_empty));
       continue;
     }
     const auto mask_if_needed = [&](auto& scores) {
@@ -394,9 +435,6 @@ __device__ void consume(const ForwardParams<Traits>& params, typename Traits::Sh
                                       problem.mask_left, problem.mask_right, kBlockN);
       apply_tile_mask(scores, score_rows_columns, mask);
     };
-
-    shared.query_full.wait(query_tiles_loaded % 2);
-    ++query_tiles_loaded;
 
     // The first key tile: S = Q K^T, its softmax, P in registers as the next product's operand.
     Tensor tSrS = partition_fragment_C(mma_qk, Shape<Int<kBlockM>, Int<kBlockN>>{});
@@ -536,7 +574,17 @@ void launch_forward_tiles(const ForwardProblem& problem, int multiprocessors, cu
   QueryTileSchedule& schedule = params.schedule;
   schedule.query_tiles = (problem.rows + Traits::kBlockM - 1) / Traits::kBlockM;
   schedule.total_tiles = schedule.query_tiles * problem.heads * problem.batch;
-  schedule.tiles_per_visit = QueryTileSchedule::visit_size(schedule.total_tiles, multiprocessors);
+  // A mask makes the tiles' work unequal: a counter hands them out (FlashAttention-3's choice too).
+  const bool masked = problem.mask_left >= 0 || problem.mask_right >= 0;
+  schedule.counter = masked ? problem.tile_counter : nullptr;
+  schedule.tiles_per_visit =
+      schedule.counter != nullptr ? 1 : QueryTileSchedule::visit_size(schedule.total_tiles, multiprocessors);
+  int64_t keys = 0;
+  for (int segment = 0; segment < problem.num_segments; ++segment) keys += problem.segments[segment].keys;
+  // K and V of a head, shared by the heads of its GQA group; half of an H100's or H200's 50 MB L2.
+  const int64_t kv_bytes_per_head = keys * kHeadDim * 2 * int64_t{sizeof(Element)} / (problem.heads / problem.kv_heads);
+  schedule.section_heads = QueryTileSchedule::section_size(schedule.query_tiles, problem.heads * problem.batch,
+                                                           multiprocessors, kv_bytes_per_head, int64_t{24} << 20);
   schedule.last_tiles_first = last_query_tiles_first(problem, schedule.query_tiles, Traits::kBlockN);
 
   const auto kernel = forward_kernel<Traits>;

@@ -10,6 +10,7 @@
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/current_device_guard.hpp"
 #include "kernels/hopper/forward_problem.hpp"
+#include "kernels/hopper/query_tile_counter.hpp"
 #include "spattn/error.hpp"
 
 namespace spattn::cuda {
@@ -207,6 +208,7 @@ void hopper_forward(const ForwardBlock& block, cudaStream_t stream) {
   for (int dim = 0; dim < 3; ++dim) problem.lse_strides[dim] = block.lse.stride(dim);
   problem.kv_heads = problem.heads;  // until a segment says; only read where there are segments
   problem.accumulate = block.accumulate;
+  problem.tile_counter = hopper::query_tile_counter(stream);
 
   // Segments in launches of up to kMaxSegmentsPerLaunch; each launch after the first merges
   // into what the earlier ones wrote, and only the last writes final_out. Segments without keys
