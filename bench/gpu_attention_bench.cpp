@@ -231,8 +231,9 @@ PassTimes time_own_forward_alone(Communicator& alone, const AttentionShape& shap
   const std::string unsupported = cuda::hopper_forward_unsupported(block);
   SPATTN_CHECK(unsupported.empty(), "the own forward: " << unsupported);
   PassTimes times;
-  times.forward_ms =
-      time_calls(alone, device, options.warmup, options.iterations, [&] { cuda::hopper_forward(block, nullptr); });
+  const cuda::hopper::QueryTileCounter tile_counter;
+  times.forward_ms = time_calls(alone, device, options.warmup, options.iterations,
+                                [&] { cuda::hopper_forward(block, nullptr, tile_counter.data()); });
   return times;
 }
 

@@ -24,7 +24,8 @@
 #                bench/kernel_sdpa.py (PyTorch SDPA flash, cudnn) into kernel-bench.csv, drawn into
 #                kernel-bench.md and .png (SPATTN_KERNEL_BENCH_ARGS: options both take, e.g. --seqs)
 #   kernel-profile  ncu on one spattn_kernel_bench case, own and cuDNN kernels (kernel-profile.txt;
-#                SPATTN_PROFILE_ARGS: the case, default --seqs 8192 --head-dims 128 --causal yes)
+#                SPATTN_PROFILE_ARGS: the case, default --seqs 8192 --head-dims 128 --causal yes), and
+#                the own kernel's stall samples per SASS instruction (own-kernel-source.csv.gz)
 #   kernel-ab    the own kernel as built (base) against the same tree with each patch of
 #                SPATTN_AB_PATCHES applied in turn (only spattn_kernel_bench rebuilt per patch):
 #                every build's kernel bench runs SPATTN_AB_ROUNDS times (default 3), the builds
@@ -312,7 +313,8 @@ sanitize() {
   fi
 }
 # API errors are not reported: the tests provoke some on purpose (a 1 EiB cudaMalloc).
-sanitize memcheck --leak-check full --report-api-errors no
+# SPATTN_MEMCHECK_FILTER, a --gtest_filter, narrows it (e.g. Hopper* for the own kernels alone).
+sanitize memcheck --leak-check full --report-api-errors no --gtest_filter="${SPATTN_MEMCHECK_FILTER:-*}"
 # Shared-memory hazards between the threads of a block, in spattn's own kernels: cuDNN's are not
 # ours to fix (it reports some in its fused attention) and take long under racecheck: its kernels
 # are excluded, and so are its tests (SPATTN_RACECHECK_FILTER, a --gtest_filter, widens it).
@@ -527,6 +529,15 @@ elif ((built)) && command -v ncu >/dev/null; then
     --section LaunchStats --section Occupancy \
     "$build_dir/bench/spattn_kernel_bench" --kernels own,cudnn --warmup 1 --iters 1 --repeats 1 \
     ${SPATTN_PROFILE_ARGS:---seqs 8192 --head-dims 128 --causal yes} >>"$logs/kernel-profile.txt" 2>&1 || status=$?
+  # Where the own kernel's warps wait, instruction by instruction: its SASS with the stall
+  # reasons sampled at each instruction (own-kernel-source.csv.gz).
+  timeout "$(seconds_left)" ncu --clock-control none --kernel-name regex:forward_kernel --launch-count 1 \
+    --section SourceCounters --section WarpStateStats --import-source no -f -o "$build_dir/own-kernel" \
+    "$build_dir/bench/spattn_kernel_bench" --kernels own --warmup 1 --iters 1 --repeats 1 \
+    ${SPATTN_PROFILE_ARGS:---seqs 8192 --head-dims 128 --causal yes} >>"$logs/kernel-profile.txt" 2>&1 || status=$?
+  ncu --import "$build_dir/own-kernel.ncu-rep" --page source --csv --print-source sass \
+    >"$logs/own-kernel-source.csv" 2>>"$logs/kernel-profile.txt" || status=$?
+  gzip -f "$logs/own-kernel-source.csv"
   if [[ $status -eq 0 ]]; then record kernel-profile passed "$(grep -c 'Duration' "$logs/kernel-profile.txt") kernels"
   else record kernel-profile failed "exit $status: see kernel-profile.txt"; fi
 else

@@ -80,6 +80,7 @@ class HopperForward : public CudaKernelTest {
     CudaKernelTest::SetUp();
     if (IsSkipped()) return;
     cudnn_ = std::make_unique<cuda::CudaBlockKernels>(kGpu, gpu_->stream(), KernelChoice::cudnn);
+    tile_counter_ = std::make_unique<cuda::hopper::QueryTileCounter>();
   }
 
   /// "" when the own forward runs (dtype, head_dim) here; else the reason, which must say
@@ -92,7 +93,7 @@ class HopperForward : public CudaKernelTest {
 
   void run_own(DeviceBlock& device_block) {
     ASSERT_EQ(cuda::hopper_forward_unsupported(device_block.block), "");
-    cuda::hopper_forward(device_block.block, gpu_->stream());
+    cuda::hopper_forward(device_block.block, gpu_->stream(), tile_counter_->data());
   }
 
   /// The own forward of `c` against fp64 and against cuDNN's error on the same inputs.
@@ -123,6 +124,7 @@ class HopperForward : public CudaKernelTest {
   }
 
   std::unique_ptr<cuda::CudaBlockKernels> cudnn_;
+  std::unique_ptr<cuda::hopper::QueryTileCounter> tile_counter_;  // the own launches on gpu_'s stream
 };
 
 TEST_F(HopperForward, NoMaskSegmentsWithAGap) {
@@ -304,11 +306,12 @@ TEST_F(HopperForward, LargerBlockIsAccurateAndDeterministic) {
   cudaStream_t other = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking), cudaSuccess);
   ASSERT_EQ(cudaStreamSynchronize(gpu_->stream()), cudaSuccess);  // the inputs are uploaded
-  cuda::hopper_forward(third.block, other);
+  cuda::hopper::QueryTileCounter other_counter;
+  cuda::hopper_forward(third.block, other, other_counter.data());
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t replay = nullptr;
   ASSERT_EQ(cudaStreamBeginCapture(other, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-  cuda::hopper_forward(fourth.block, other);
+  cuda::hopper_forward(fourth.block, other, other_counter.data());
   ASSERT_EQ(cudaStreamEndCapture(other, &graph), cudaSuccess);
   ASSERT_EQ(cudaGraphInstantiate(&replay, graph, 0), cudaSuccess);
   ASSERT_EQ(cudaGraphLaunch(replay, other), cudaSuccess);

@@ -15,6 +15,7 @@
 #include "kernels/block_kernels.hpp"
 #include "kernels/cuda/cuda_elementwise_kernels.hpp"
 #include "kernels/cuda/cudnn_attention.hpp"
+#include "kernels/hopper/query_tile_counter.hpp"
 
 namespace spattn::cuda {
 
@@ -88,6 +89,9 @@ class CudaBlockKernels final : public BlockKernels {
   Scratch final_out_;   // backward: block.out in q's dtype when it comes in another dtype
   Scratch final_dout_;  // backward: block.dout in q's dtype when it comes in another dtype
   std::vector<SegmentPiece> forward_pieces_;  // reused by every forward call: no host allocation per block
+  // The own forward's launches, all on this object's stream (set_stream orders a new stream after
+  // the old one), share one; none with KernelChoice::cudnn.
+  std::unique_ptr<hopper::QueryTileCounter> tile_counter_;
 };
 
 /// The CUDA kernels of `device` (Device{cuda, i}) of `kernel`'s choice, on a stream of their own.

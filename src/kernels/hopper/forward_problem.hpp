@@ -47,7 +47,7 @@ struct ForwardProblem {
   bool accumulate = false;  // merge into (out, lse) instead of writing them
   void* final_out = nullptr;  // (B, Sq, H, D) in the inputs' dtype: written instead of out when set
   int64_t final_out_strides[3] = {};  // batch, token, head
-  unsigned* tile_counter = nullptr;  // query_tile_counter(stream): masked launches schedule by it
+  unsigned* tile_counter = nullptr;  // QueryTileCounter::data(): masked launches schedule by it
 };
 
 /// Enqueues `problem` on `stream` (persistent: at most `multiprocessors` CTAs). Defined for

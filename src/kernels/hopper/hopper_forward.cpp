@@ -10,7 +10,6 @@
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/current_device_guard.hpp"
 #include "kernels/hopper/forward_problem.hpp"
-#include "kernels/hopper/query_tile_counter.hpp"
 #include "spattn/error.hpp"
 
 namespace spattn::cuda {
@@ -183,7 +182,24 @@ std::string hopper_forward_unsupported(const Device& device, DType dtype, int64_
 
 std::string hopper_forward_unsupported(const ForwardBlock& block) { return block_unsupported(block); }
 
-void hopper_forward(const ForwardBlock& block, cudaStream_t stream) {
+namespace {
+
+/// Whether launches on `stream` go into a CUDA graph now: a graph may be replayed on any stream,
+/// beside other launches that use the same tile counter, so captured launches take the static
+/// schedule.
+bool capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess) {
+    // The legacy default stream while another stream captures: a launch there is refused anyway.
+    cudaGetLastError();
+    return true;
+  }
+  return capture != cudaStreamCaptureStatusNone;
+}
+
+}  // namespace
+
+void hopper_forward(const ForwardBlock& block, cudaStream_t stream, unsigned* tile_counter) {
   const std::string reason = block_unsupported(block);
   SPATTN_CHECK(reason.empty(), "the own Hopper forward cannot run this block: " << reason);
   const TensorView& q = block.q;
@@ -208,7 +224,7 @@ void hopper_forward(const ForwardBlock& block, cudaStream_t stream) {
   for (int dim = 0; dim < 3; ++dim) problem.lse_strides[dim] = block.lse.stride(dim);
   problem.kv_heads = problem.heads;  // until a segment says; only read where there are segments
   problem.accumulate = block.accumulate;
-  problem.tile_counter = hopper::query_tile_counter(stream);
+  problem.tile_counter = capturing(stream) ? nullptr : tile_counter;
 
   // Segments in launches of up to kMaxSegmentsPerLaunch; each launch after the first merges
   // into what the earlier ones wrote, and only the last writes final_out. Segments without keys
