@@ -65,7 +65,8 @@ std::string parse_directory(const std::string& option, const std::string& path) 
   return path;
 }
 
-void parse_window(RunOptions& options, const std::string& text) {
+template <typename Options>
+void parse_window(Options& options, const std::string& text) {
   const std::size_t comma = text.find(',');
   const std::optional<int64_t> left =
       comma == std::string::npos ? std::nullopt : parse_whole_integer<int64_t>(text.substr(0, comma));
@@ -154,6 +155,17 @@ OptionTable<Options> concatenated(std::initializer_list<OptionTable<Options>> pa
   return table;
 }
 
+// The options that give the mask, alike in run and plan.
+template <typename Options>
+OptionTable<Options> mask_options() {
+  return {
+      {"--causal", nullptr, "causal mask: query i sees keys j <= i",
+       [](Options& options, const std::string&) { options.causal = true; }},
+      {"--window", "L,R", "sliding window: query i sees keys i-L..i+R; each >= -1, -1 unbounded (default -1,-1)",
+       [](Options& options, const std::string& value) { parse_window(options, value); }},
+  };
+}
+
 // The options that give the attention shape, alike in every command that takes one.
 template <typename Options>
 OptionTable<Options> shape_options(const std::string& seq_description) {
@@ -179,19 +191,16 @@ const OptionTable<RunOptions>& run_option_table() {
   static const OptionTable<RunOptions> table = concatenated<RunOptions>({
       {{"--algo", "NAME", "strategy: " + algorithm_list() + " (default " + defaults.algorithm + ")",
         [](RunOptions& options, const std::string& value) { parse_algorithm(options, value); }},
-       {"--causal", nullptr, "causal mask: query i sees keys j <= i",
-        [](RunOptions& options, const std::string&) { options.causal = true; }},
        {"--nodes", "U", "hamilton2: nodes, of N/U ranks each (default 1)",
         [](RunOptions& options, const std::string& value) { options.nodes = parse_count("--nodes", value, 1); }},
        {"--inner", "N1", "usp: Ulysses degree, ranks per group (default: the largest dividing N, H and HK)",
         [](RunOptions& options, const std::string& value) { options.inner = parse_count("--inner", value, 1); }},
        {"--across", "NAME", "usp: ring, zigzag or hamilton across the groups (default zigzag)",
         [](RunOptions& options, const std::string& value) { parse_across(options, value); }}},
+      mask_options<RunOptions>(),
       shape_options<RunOptions>("global sequence length, split over the ranks (default " +
                                 std::to_string(defaults.seq) + ")"),
-      {{"--window", "L,R", "sliding window: query i sees keys i-L..i+R; each >= -1, -1 unbounded (default -1,-1)",
-       [](RunOptions& options, const std::string& value) { parse_window(options, value); }},
-      {"--scale", "X", "softmax scale, finite and > 0 (default 1/sqrt(D))",
+      {{"--scale", "X", "softmax scale, finite and > 0 (default 1/sqrt(D))",
        [](RunOptions& options, const std::string& value) {
          options.scale = parse_positive_real<float>("--scale", value);
        }},
@@ -270,9 +279,8 @@ const OptionTable<PlanOptions>& plan_option_table() {
        {"--inner", "N1", "usp: Ulysses degree, ranks per group (default: the largest dividing N, H and HK, as run)",
         [](PlanOptions& options, const std::string& value) { options.inner = parse_count("--inner", value, 1); }},
        {"--across", "NAME", "usp: ring, zigzag or hamilton across the groups (default zigzag)",
-        [](PlanOptions& options, const std::string& value) { parse_across(options, value); }},
-       {"--causal", nullptr, "causal mask: query i sees keys j <= i",
-        [](PlanOptions& options, const std::string&) { options.causal = true; }}},
+        [](PlanOptions& options, const std::string& value) { parse_across(options, value); }}},
+      mask_options<PlanOptions>(),
       shape_options<PlanOptions>("global sequence length (default " + std::to_string(kPlanTokensPerRank) +
                                  " per rank)"),
       {{"--preset", "NAME", "cluster: " + preset_list() + " (default " + defaults.preset + "; see below)",

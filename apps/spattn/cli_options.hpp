@@ -62,6 +62,8 @@ struct PlanOptions {
   int inner = 0;                       // usp's Ulysses degree; 0: the largest run would choose
   std::string across = "zigzag";       // usp's rotation across its groups: ring, zigzag or hamilton
   bool causal = false;
+  int64_t window_left = -1;  // -1: unbounded, as in AttentionOptions
+  int64_t window_right = -1;
   int64_t batch = 1;
   int64_t seq = 0;  // global sequence length; 0: kPlanTokensPerRank per rank
   int64_t heads = 32;

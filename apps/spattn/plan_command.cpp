@@ -22,7 +22,7 @@ struct PlanCase {
   Cluster cluster;
   int ranks = 0;
   AttentionShape shape;
-  bool causal = false;
+  AttentionOptions attention;  // its mask: causal and the window
   StrategyOptions strategy_options;
 };
 
@@ -42,7 +42,9 @@ PlanCase plan_case(const PlanOptions& options) {
   plan.shape.kv_heads = options.kv_heads;
   plan.shape.head_dim = options.head_dim;
   plan.shape.dtype = options.dtype;
-  plan.causal = options.causal;
+  plan.attention.causal = options.causal;
+  plan.attention.window_left = options.window_left;
+  plan.attention.window_right = options.window_right;
   plan.strategy_options.nodes = plan.cluster.nodes;
   plan.strategy_options.inner = options.inner;
   plan.strategy_options.across = parse_algorithm(options.across);
@@ -73,7 +75,9 @@ std::string shape_summary(const PlanCase& plan) {
   std::ostringstream text;
   text << "S = " << shape.seq << " (" << shape.seq / plan.ranks << " per rank), B " << shape.batch << ", H "
        << shape.heads << ", HK " << shape.kv_heads << ", D " << shape.head_dim << ", " << dtype_name(shape.dtype)
-       << (plan.causal ? ", causal" : ", not causal");
+       << (plan.attention.causal ? ", causal" : ", not causal");
+  if (plan.attention.window_left >= 0 || plan.attention.window_right >= 0)
+    text << ", window " << plan.attention.window_left << "," << plan.attention.window_right;
   return text.str();
 }
 
@@ -176,7 +180,7 @@ std::string schedule_text(const PlanOptions& options) {
   const Algorithm algorithm = parse_algorithm(options.algorithm);
   const CycleSchedule schedule(rotation_cycles(algorithm, plan.ranks, plan.strategy_options.nodes), plan.ranks);
   const StrategyCost cost =
-      strategy_cost(plan.cluster, plan.shape, plan.ranks, plan.causal, algorithm, plan.strategy_options);
+      strategy_cost(plan.cluster, plan.shape, plan.ranks, plan.attention, algorithm, plan.strategy_options);
   // The sources table holds N^2 (N - 1) numbers for a Hamiltonian schedule: 2 million at 128
   // ranks, a billion at 1024. Past kMaxRanksWithSources the cycles say the same thing (slot c at
   // step s is cycle c walked s hops back) and the table is left out.
@@ -266,7 +270,8 @@ std::string comparison_json(const PlanCase& plan, const std::vector<StrategyCost
        << ", \"ranks\": " << plan.ranks
        << ", \"shape\": {\"batch\": " << shape.batch << ", \"seq\": " << shape.seq << ", \"heads\": " << shape.heads
        << ", \"kv_heads\": " << shape.kv_heads << ", \"head_dim\": " << shape.head_dim
-       << ", \"dtype\": " << json_string(dtype_name(shape.dtype)) << "}, \"causal\": " << json_value(plan.causal)
+       << ", \"dtype\": " << json_string(dtype_name(shape.dtype)) << "}, \"causal\": " << json_value(plan.attention.causal)
+       << ", \"window\": [" << plan.attention.window_left << ", " << plan.attention.window_right << "]"
        << ", \"strategies\": [";
   for (std::size_t i = 0; i < costs.size(); ++i) {
     const StrategyCost& cost = costs[i];
@@ -318,7 +323,7 @@ std::string comparison_table(const PlanCase& plan, const std::vector<StrategyCos
 std::string plan_refusal(const PlanOptions& options) {
   if (options.compare) return "";
   const PlanCase plan = plan_case(options);
-  return strategy_error(parse_algorithm(options.algorithm), plan.shape, plan.ranks, plan.causal,
+  return strategy_error(parse_algorithm(options.algorithm), plan.shape, plan.ranks, plan.attention.causal,
                         plan.strategy_options);
 }
 
@@ -326,7 +331,7 @@ std::string plan_text(const PlanOptions& options) {
   if (!options.compare) return schedule_text(options);
   const PlanCase plan = plan_case(options);
   const std::vector<StrategyCost> costs =
-      compare_strategies(plan.cluster, plan.shape, plan.ranks, plan.causal, plan.strategy_options);
+      compare_strategies(plan.cluster, plan.shape, plan.ranks, plan.attention, plan.strategy_options);
   return options.json ? comparison_json(plan, costs) : comparison_table(plan, costs);
 }
 

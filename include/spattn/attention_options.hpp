@@ -62,6 +62,9 @@ struct AttentionMask {
   bool any_visible(int64_t q_begin, int64_t q_end, int64_t k_begin, int64_t k_end) const;
   /// Whether every query in [q_begin, q_end) sees every key in [k_begin, k_end).
   bool all_visible(int64_t q_begin, int64_t q_end, int64_t k_begin, int64_t k_end) const;
+  /// How many (query, key) pairs of [q_begin, q_end) x [k_begin, k_end) are visible, in O(1):
+  /// the attention work of a block (ranges below 2^31 tokens, so that the count fits int64).
+  int64_t visible_pairs(int64_t q_begin, int64_t q_end, int64_t k_begin, int64_t k_end) const;
 };
 
 }  // namespace spattn

@@ -9,7 +9,7 @@ runs. auto_select returns it as a function to call, its degrees (hamilton2's nod
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, NamedTuple, Optional
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 import torch
 import torch.distributed as dist
@@ -61,25 +61,31 @@ def _ranks(world_size: Optional[int], group: Any, caller: str) -> int:
 
 
 def estimate_strategies(seq_len: int, heads: int, kv_heads: Optional[int] = None, head_dim: int = 128, *,
-                        world_size: Optional[int] = None, causal: bool = True, batch: int = 1,
+                        world_size: Optional[int] = None, causal: bool = True,
+                        window_size: Tuple[int, int] = (-1, -1), batch: int = 1,
                         dtype: torch.dtype = torch.bfloat16, cluster: str = "nvswitch",
                         nodes: Optional[int] = None, group=None) -> List[StrategyEstimate]:
     """Every algorithm's modelled time for this global shape on `world_size` ranks (default: the
-    world of `group`), those that apply first, fastest first. `cluster` is one of
-    _core.cluster_presets(); `nodes` how many nodes the ranks spread over, equally and in order
-    (default: as many as they fill in nodes of the preset's size)."""
+    world of `group`), those that apply first, fastest first. `window_size` is flash-attn's
+    (left, right), -1 unbounded; `cluster` is one of _core.cluster_presets(); `nodes` how many
+    nodes the ranks spread over, equally and in order (default: as many as they fill in nodes of
+    the preset's size)."""
     ranks = _ranks(world_size, group, "estimate_strategies")
     if cluster not in _core.cluster_presets():
         raise ValueError(f"cluster {cluster!r}; allowed: {', '.join(_core.cluster_presets())}")
     if ranks < 2:
         raise ValueError(f"world_size {ranks}: strategies differ only on 2 or more ranks")
+    if len(window_size) != 2 or min(window_size) < -1:
+        raise ValueError(f"window_size={window_size!r}; expected (left, right), each >= -1 (-1: unbounded)")
     rows = _core.estimate_strategies(cluster, ranks, batch, seq_len, heads, heads if kv_heads is None else kv_heads,
-                                     head_dim, dtype_name("dtype", dtype), causal, 0 if nodes is None else nodes)
+                                     head_dim, dtype_name("dtype", dtype), causal, 0 if nodes is None else nodes,
+                                     window_size[0], window_size[1])
     return [StrategyEstimate(*row) for row in rows]
 
 
 def auto_select(seq_len: int, heads: int, kv_heads: Optional[int] = None, head_dim: int = 128, *,
-                world_size: Optional[int] = None, causal: bool = True, batch: int = 1,
+                world_size: Optional[int] = None, causal: bool = True,
+                window_size: Tuple[int, int] = (-1, -1), batch: int = 1,
                 dtype: torch.dtype = torch.bfloat16, cluster: str = "nvswitch", nodes: Optional[int] = None,
                 group=None) -> SelectedStrategy:
     """The strategy with the least modelled forward and backward time among those that can run this
@@ -90,8 +96,8 @@ def auto_select(seq_len: int, heads: int, kv_heads: Optional[int] = None, head_d
     ranks = _ranks(world_size, group, "auto_select")
     if ranks == 1:
         return SelectedStrategy("ring", "1 rank: local attention", {})
-    estimates = estimate_strategies(seq_len, heads, kv_heads, head_dim, world_size=ranks, causal=causal, batch=batch,
-                                    dtype=dtype, cluster=cluster, nodes=nodes)
+    estimates = estimate_strategies(seq_len, heads, kv_heads, head_dim, world_size=ranks, causal=causal,
+                                    window_size=window_size, batch=batch, dtype=dtype, cluster=cluster, nodes=nodes)
     runnable = [estimate for estimate in estimates if not estimate.not_applicable]
     if not runnable:
         reasons = "; ".join(f"{estimate.algorithm}: {estimate.not_applicable}" for estimate in estimates)

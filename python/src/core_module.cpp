@@ -150,7 +150,7 @@ class Plan {
 // order; 0: as many as they fill, in nodes of the preset's size.
 std::vector<std::tuple<std::string, std::string, double, double, std::string>> estimate_strategies(
     const std::string& cluster_name, int ranks, int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
-    int64_t head_dim, const std::string& dtype, bool causal, int nodes) {
+    int64_t head_dim, const std::string& dtype, bool causal, int nodes, int64_t window_left, int64_t window_right) {
   SPATTN_CHECK(ranks >= 2, "the cost model compares strategies on 2 or more ranks; got " << ranks);
   SPATTN_CHECK(nodes >= 0 && (nodes == 0 || ranks % nodes == 0),
                "nodes " << nodes << " must divide the " << ranks << " ranks (or be 0: nodes of the preset's size)");
@@ -158,7 +158,11 @@ std::vector<std::tuple<std::string, std::string, double, double, std::string>> e
   const AttentionShape shape{batch, seq, heads, kv_heads, head_dim, parse_dtype(dtype)};
   StrategyOptions options;
   options.nodes = cluster.nodes;
-  std::vector<StrategyCost> costs = compare_strategies(cluster, shape, ranks, causal, options);
+  AttentionOptions attention;
+  attention.causal = causal;
+  attention.window_left = window_left;
+  attention.window_right = window_right;
+  std::vector<StrategyCost> costs = compare_strategies(cluster, shape, ranks, attention, options);
   std::stable_sort(costs.begin(), costs.end(), [](const StrategyCost& a, const StrategyCost& b) {
     if (a.applies() != b.applies()) return a.applies();
     return a.forward_backward_seconds < b.forward_backward_seconds;
@@ -232,10 +236,10 @@ NB_MODULE(_core, m) {
       "cluster"_a, "ranks"_a, "The nodes `ranks` fill, in nodes of the preset's size (what estimate_strategies "
       "assumes when not told).");
   m.def("estimate_strategies", &estimate_strategies, "cluster"_a, "ranks"_a, "batch"_a, "seq"_a, "heads"_a,
-        "kv_heads"_a, "head_dim"_a, "dtype"_a, "causal"_a, "nodes"_a = 0,
+        "kv_heads"_a, "head_dim"_a, "dtype"_a, "causal"_a, "nodes"_a = 0, "window_left"_a = -1, "window_right"_a = -1,
         "The cost model's (algorithm, configuration, forward s, forward+backward s, why not) for every "
         "algorithm, the applicable ones first, fastest first; nodes: how many the ranks spread over "
-        "(0: nodes of the preset's size).");
+        "(0: nodes of the preset's size); window_left/right: the sliding window (-1: unbounded).");
 
   nb::class_<Communicator>(m, "Communicator", "A group of ranks that spattn's plans transfer over.")
       .def_prop_ro("rank", &Communicator::rank)

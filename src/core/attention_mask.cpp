@@ -12,6 +12,22 @@ constexpr int64_t kLongestWindowSide = int64_t{1} << 62;
 
 int64_t mask_bound(int64_t window_side) { return window_side >= kLongestWindowSide ? -1 : window_side; }
 
+// Pairs (i, j) of [q_begin, q_end) x [k_begin, k_end) with j - i <= distance. Query i has
+// clamp(i + distance - k_begin + 1, 0, keys) of them, a ramp over i: with
+// below(t) = sum over x = 1..t of clamp(x, 0, keys), the sum over the queries is
+// below(highest) - below(lowest - 1).
+int64_t pairs_within(int64_t q_begin, int64_t q_end, int64_t k_begin, int64_t k_end, int64_t distance) {
+  const int64_t queries = q_end - q_begin, keys = k_end - k_begin;
+  if (distance >= k_end - 1 - q_begin) return queries * keys;  // every pair; also keeps what follows small
+  if (distance < k_begin - (q_end - 1)) return 0;
+  const auto below = [keys](int64_t t) -> int64_t {
+    if (t <= 0) return 0;
+    return t <= keys ? t * (t + 1) / 2 : keys * (keys + 1) / 2 + (t - keys) * keys;
+  };
+  const int64_t lowest = q_begin + distance - k_begin + 1;
+  return below(lowest + queries - 1) - below(lowest - 1);
+}
+
 }  // namespace
 
 AttentionMask AttentionMask::from_options(const AttentionOptions& options) {
@@ -30,6 +46,15 @@ bool AttentionMask::any_visible(int64_t q_begin, int64_t q_end, int64_t k_begin,
   // Intervals of consecutive queries overlap or touch only if left + right >= 0, which holds
   // for every allowed window (both bounds >= 0 or unbounded); so the union has no gaps.
   return true;
+}
+
+int64_t AttentionMask::visible_pairs(int64_t q_begin, int64_t q_end, int64_t k_begin, int64_t k_end) const {
+  if (q_begin >= q_end || k_begin >= k_end) return 0;
+  // Visible: -left <= j - i <= right, so the pairs within right less those within -left - 1.
+  const int64_t up_to_right =
+      right < 0 ? (q_end - q_begin) * (k_end - k_begin) : pairs_within(q_begin, q_end, k_begin, k_end, right);
+  const int64_t before_left = left < 0 ? 0 : pairs_within(q_begin, q_end, k_begin, k_end, -left - 1);
+  return up_to_right - before_left;
 }
 
 bool AttentionMask::all_visible(int64_t q_begin, int64_t q_end, int64_t k_begin, int64_t k_end) const {

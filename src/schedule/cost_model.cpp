@@ -4,9 +4,11 @@
 #include <functional>
 #include <sstream>
 
+#include "schedule/rotation_schedule.hpp"
 #include "schedule/strategy_rules.hpp"
 #include "schedule/ulysses_degree.hpp"
 #include "spattn/error.hpp"
+#include "spattn/sequence_layout.hpp"
 
 namespace spattn {
 namespace {
@@ -169,12 +171,20 @@ int64_t ulysses_kv_heads_per_rank(const AttentionShape& shape, int degree) {
   return most;
 }
 
-// The shape, N and the cluster: what every strategy needs to size its messages and blocks.
+// The shape, N, the mask and the cluster: what every strategy needs to size its messages and blocks.
 struct Problem {
   const Cluster& cluster;
   const AttentionShape& shape;
   int ranks;
-  bool causal;
+  bool causal;         // picks the balanced layouts, as in run
+  AttentionMask mask;  // what the blocks see
+  // No mask, or the causal mask with its balanced layouts: the closed forms (rotation_step_halved,
+  // half of S x S). Any other mask (a sliding window) counts its visible pairs per rank and step.
+  bool windowed() const {
+    const bool no_mask = mask.left < 0 && mask.right < 0;
+    const bool causal_mask = causal && mask.left < 0 && mask.right == 0;
+    return !no_mask && !causal_mask;
+  }
 
   int64_t element_bytes() const { return static_cast<int64_t>(dtype_size(shape.dtype)); }
   // Bytes of `tokens` tokens of `heads` heads with elements of `element_bytes`.
@@ -187,6 +197,17 @@ struct Problem {
     const double full = 4.0 * static_cast<double>(shape.batch * heads * shape.head_dim) * static_cast<double>(queries) *
                         static_cast<double>(keys);
     return causally_halved ? full / 2 : full;
+  }
+  // Forward FLOP of `pairs` visible (query, key) pairs of `heads` heads.
+  double pairs_flop(int64_t heads, double pairs) const {
+    return 4.0 * static_cast<double>(shape.batch * heads * shape.head_dim) * pairs;
+  }
+  // The visible pairs of the slowest rank at each step of a rotation of `layout` along `schedule`.
+  std::vector<double> slowest_rank_pairs(const SequenceLayout& layout, const CycleSchedule& schedule) const {
+    std::vector<double> slowest;
+    for (const std::vector<int64_t>& step : rotation_visible_pairs(layout, schedule, mask))
+      slowest.push_back(static_cast<double>(*std::max_element(step.begin(), step.end())));
+    return slowest;
   }
   double seconds(double flop) const { return flop / cluster.kernel_flops; }
 };
@@ -248,7 +269,14 @@ void cost_rotation(StrategyCost& cost, const Problem& problem, const StrategyOpt
   const int64_t tokens = problem.tokens_per_rank();
   const StepTraffic kv = rotation_traffic(schedule, kv_slot_bytes(problem.shape, ranks, slots, problem.shape.dtype));
   const StepTraffic kv_gradient = rotation_traffic(schedule, kv_slot_bytes(problem.shape, ranks, slots, DType::f32));
+  std::vector<double> window_pairs;
+  if (problem.windowed()) {
+    const SequenceLayout layout(rotation_form(algorithm, ranks, problem.causal, options.nodes).layout,
+                                problem.shape.seq, ranks);
+    window_pairs = problem.slowest_rank_pairs(layout, schedule);
+  }
   const auto forward_flop = [&](int step) {
+    if (problem.windowed()) return problem.pairs_flop(problem.shape.heads, window_pairs[static_cast<std::size_t>(step)]);
     return problem.flop(problem.shape.heads, tokens, tokens, rotation_step_halved(algorithm, problem.causal, step));
   };
   add_rotation_passes(cost, problem, ranks, forward_flop, kv, kv_gradient);
@@ -264,7 +292,10 @@ void cost_ulysses(StrategyCost& cost, const Problem& problem) {
   const int64_t q_part = problem.bytes(tokens, shape.heads / ranks, e);
   const int64_t kv_part = problem.bytes(tokens, ulysses_kv_heads_per_rank(shape, ranks), e);
   const int64_t lse_part = shape.batch * (shape.heads / ranks) * tokens * kFp32Bytes;
-  const double flop = problem.flop(shape.heads / ranks, shape.seq, shape.seq, problem.causal);
+  const double flop =
+      problem.windowed()
+          ? problem.pairs_flop(shape.heads / ranks, static_cast<double>(problem.mask.visible_pairs(0, shape.seq, 0, shape.seq)))
+          : problem.flop(shape.heads / ranks, shape.seq, shape.seq, problem.causal);
 
   add_transfer_phase(cost.forward, problem, "all-to-all q,k,v",
                      group_all_to_all(ranks, ranks, {q_part, kv_part, kv_part}));
@@ -285,7 +316,18 @@ void cost_allgather(StrategyCost& cost, const Problem& problem) {
   const int64_t tokens = problem.tokens_per_rank();
   const int64_t k_shard = problem.bytes(tokens, shape.kv_heads, problem.element_bytes());
   const int64_t k_gradient_shard = problem.bytes(tokens, shape.kv_heads, kFp32Bytes);
-  const double flop = problem.flop(shape.heads, tokens, shape.seq, problem.causal);
+  double flop = problem.flop(shape.heads, tokens, shape.seq, problem.causal);
+  if (problem.windowed()) {  // the rank whose chunks see the most keys
+    const SequenceLayout layout(LayoutKind::zigzag, shape.seq, ranks);
+    double most = 0;
+    for (int rank = 0; rank < ranks; ++rank) {
+      double pairs = 0;
+      for (const SequenceChunk& chunk : layout.chunks(rank))
+        pairs += static_cast<double>(problem.mask.visible_pairs(chunk.position, chunk.position + chunk.length, 0, shape.seq));
+      most = std::max(most, pairs);
+    }
+    flop = problem.pairs_flop(shape.heads, most);
+  }
   const StepTraffic gather = group_all_to_all(ranks, ranks, {k_shard, k_shard});
 
   add_transfer_phase(cost.forward, problem, "all-gather k,v", gather);
@@ -325,7 +367,13 @@ void cost_usp(StrategyCost& cost, const Problem& problem, const StrategyOptions&
                      group_all_to_all(ranks, inner, {q_part, kv_part, kv_part}));
   add_transfer_phase(cost.backward, problem, "all-to-all q,k,v,out,dout,lse",
                      group_all_to_all(ranks, inner, {q_part, kv_part, kv_part, q_part, q_part, lse_part}));
+  std::vector<double> window_pairs;
+  if (problem.windowed()) {
+    const SequenceLayout group_layout(rotation_form(options.across, groups, problem.causal, 1).layout, shape.seq, groups);
+    window_pairs = problem.slowest_rank_pairs(group_layout, over_groups);
+  }
   const auto forward_flop = [&](int step) {
+    if (problem.windowed()) return problem.pairs_flop(heads, window_pairs[static_cast<std::size_t>(step)]);
     return problem.flop(heads, group_tokens, group_tokens, rotation_step_halved(options.across, problem.causal, step));
   };
   const int64_t slot_tokens = group_tokens / slots;
@@ -437,8 +485,8 @@ const std::vector<Algorithm>& rotation_algorithms() {
   return algorithms;
 }
 
-StrategyCost strategy_cost(const Cluster& cluster, const AttentionShape& shape, int ranks, bool causal,
-                           Algorithm algorithm, const StrategyOptions& strategy_options) {
+StrategyCost strategy_cost(const Cluster& cluster, const AttentionShape& shape, int ranks,
+                           const AttentionOptions& attention, Algorithm algorithm, const StrategyOptions& strategy_options) {
   SPATTN_CHECK(ranks >= 2, "the cost model needs at least 2 ranks, got " << ranks);
   check_ranks_fit(cluster, ranks);
   SPATTN_CHECK(shape.batch > 0 && shape.seq > 0 && shape.heads > 0 && shape.kv_heads > 0 && shape.head_dim > 0,
@@ -446,10 +494,13 @@ StrategyCost strategy_cost(const Cluster& cluster, const AttentionShape& shape, 
   SPATTN_CHECK(shape.heads % shape.kv_heads == 0,
                "heads (" << shape.heads << ") must be divisible by kv_heads (" << shape.kv_heads << ")");
   SPATTN_CHECK(cluster.kernel_flops > 0, "the kernel rate must be positive");
-  const Problem problem{cluster, shape, ranks, causal};
+  SPATTN_CHECK(attention.window_left >= -1 && attention.window_right >= -1,
+               "window (" << attention.window_left << ", " << attention.window_right
+                          << ") must have each side >= -1 (-1: unbounded)");
+  const Problem problem{cluster, shape, ranks, attention.causal, AttentionMask::from_options(attention)};
   StrategyCost cost;
   cost.algorithm = algorithm;
-  cost.not_applicable = strategy_error(algorithm, shape, ranks, causal, strategy_options);
+  cost.not_applicable = strategy_error(algorithm, shape, ranks, attention.causal, strategy_options);
   if (!cost.applies()) return cost;
   switch (algorithm) {
     case Algorithm::ring:
@@ -473,10 +524,11 @@ StrategyCost strategy_cost(const Cluster& cluster, const AttentionShape& shape, 
 }
 
 std::vector<StrategyCost> compare_strategies(const Cluster& cluster, const AttentionShape& shape, int ranks,
-                                             bool causal, const StrategyOptions& strategy_options) {
+                                             const AttentionOptions& attention,
+                                             const StrategyOptions& strategy_options) {
   std::vector<StrategyCost> costs;
   for (Algorithm algorithm : all_algorithms())
-    costs.push_back(strategy_cost(cluster, shape, ranks, causal, algorithm, strategy_options));
+    costs.push_back(strategy_cost(cluster, shape, ranks, attention, algorithm, strategy_options));
   return costs;
 }
 

@@ -17,8 +17,10 @@
 // - Steps are synchronous: a step lasts as long as its slowest rank.
 // - Collectives (all-to-all, all-gather, reduce-scatter) are direct: each rank sends its part to
 //   every peer at once, one message per tensor and peer.
-// - Attention costs 4 * B * H * Sq * Sk * D FLOP forward (flash-attention convention), half for
-//   the visible part under a causal mask; backward costs 2.5x forward; both at one kernel rate.
+// - Attention costs 4 * B * H * D FLOP forward per visible (query, key) pair (flash-attention
+//   convention: 4 * B * H * Sq * Sk * D for a whole block, half under a causal mask); with a
+//   sliding window each rank's visible pairs at each step are counted (rotation_visible_pairs);
+//   backward costs 2.5x forward; both at one kernel rate.
 // - Backward takes the call's q, k, v, out, dout as they are (nothing is kept from forward), and
 //   returns dq, dk, dv in the input dtype; rotating dK, dV accumulators travel in fp32.
 
@@ -27,6 +29,7 @@
 #include <vector>
 
 #include "schedule/cycle_schedule.hpp"
+#include "spattn/attention_options.hpp"
 #include "spattn/attention_shape.hpp"
 #include "spattn/distributed_attention.hpp"
 
@@ -140,11 +143,15 @@ const std::vector<Algorithm>& rotation_algorithms();
 /// strategy_options.nodes: hamilton2's node count; .inner: usp's Ulysses degree, chosen and
 /// refused as `spattn run` does (schedule/ulysses_degree.hpp). Ulysses gives a rank the kv heads
 /// its query heads read, replicated when fewer kv heads than ranks.
-StrategyCost strategy_cost(const Cluster& cluster, const AttentionShape& shape, int ranks, bool causal,
-                           Algorithm algorithm, const StrategyOptions& strategy_options = {});
+/// `attention`: its causal flag picks the balanced layouts (as run does) and, with its window,
+/// makes the mask (AttentionMask::from_options); its scale and kernel choice are not read.
+StrategyCost strategy_cost(const Cluster& cluster, const AttentionShape& shape, int ranks,
+                           const AttentionOptions& attention, Algorithm algorithm,
+                           const StrategyOptions& strategy_options = {});
 
 /// strategy_cost of every algorithm, in all_algorithms() order.
 std::vector<StrategyCost> compare_strategies(const Cluster& cluster, const AttentionShape& shape, int ranks,
-                                             bool causal, const StrategyOptions& strategy_options = {});
+                                             const AttentionOptions& attention,
+                                             const StrategyOptions& strategy_options = {});
 
 }  // namespace spattn

@@ -106,6 +106,19 @@ int CycleSchedule::source(int cycle, int rank, int step) const {
   return cycles_[static_cast<std::size_t>(cycle)][static_cast<std::size_t>(wrap(position - step, ranks_))];
 }
 
+int CycleSchedule::arrival_step(int cycle, int owner, int holder) const {
+  SPATTN_CHECK(cycle >= 0 && cycle < slots(), "cycle " << cycle << " is outside 0.." << slots() - 1);
+  SPATTN_CHECK(owner >= 0 && owner < ranks_ && holder >= 0 && holder < ranks_,
+               "ranks " << owner << " and " << holder << " must be in 0.." << ranks_ - 1);
+  const std::vector<int>& position = position_[static_cast<std::size_t>(cycle)];
+  return wrap(position[static_cast<std::size_t>(holder)] - position[static_cast<std::size_t>(owner)], ranks_);
+}
+
+const std::vector<int>& CycleSchedule::positions(int cycle) const {
+  SPATTN_CHECK(cycle >= 0 && cycle < slots(), "cycle " << cycle << " is outside 0.." << slots() - 1);
+  return position_[static_cast<std::size_t>(cycle)];
+}
+
 std::vector<std::vector<int>> CycleSchedule::out_mapping() const {
   std::vector<std::vector<int>> out(static_cast<std::size_t>(ranks_), std::vector<int>(static_cast<std::size_t>(ranks_), -1));
   for (int c = 0; c < slots(); ++c)

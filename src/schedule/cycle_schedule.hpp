@@ -56,6 +56,11 @@ class CycleSchedule {
   int predecessor(int cycle, int rank) const;
   /// The rank whose slot `cycle` rank `rank` holds at `step` (step 0: its own).
   int source(int cycle, int rank, int step) const;
+  /// The step at which `holder` holds slot `cycle` of `owner`: the inverse of source, which is
+  /// (position of holder - position of owner) mod ranks in positions(cycle).
+  int arrival_step(int cycle, int owner, int holder) const;
+  /// Where each rank stands in cycle `cycle` (its index in cycles()[cycle]), for loops over ranks.
+  const std::vector<int>& positions(int cycle) const;
 
   /// n x n tables of hamilton.md: out[r][p] = the slot r sends to p, in[r][p] = the slot r
   /// receives from p; -1 where no slot travels (the diagonal, and non-adjacent pairs when there

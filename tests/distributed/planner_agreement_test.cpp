@@ -73,7 +73,7 @@ TEST(PlannerAgreement, TheModelRefusesExactlyWhatAPlanRefuses) {
             if (run.rfind("rank ", 0) == 0 && run.find(relayed) != std::string::npos)
               run.erase(0, run.find(relayed) + relayed.size());
             const std::string model =
-                strategy_cost(cluster, shape, ranks, causal, algorithm, strategy_options).not_applicable;
+                strategy_cost(cluster, shape, ranks, options, algorithm, strategy_options).not_applicable;
             ++cases;
             if (run != model)
               disagreements << "\n" << algorithm_name(algorithm) << " S " << seq << " H " << heads << " HK " << kv_heads

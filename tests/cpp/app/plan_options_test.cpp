@@ -43,6 +43,8 @@ TEST(PlanOptionsTest, DefaultsAreAnLlmShapeOnTheNvswitchPreset) {
   EXPECT_EQ(options.head_dim, 128);
   EXPECT_EQ(options.dtype, DType::bf16);
   EXPECT_EQ(options.preset, "nvswitch");
+  EXPECT_EQ(options.window_left, -1);
+  EXPECT_EQ(options.window_right, -1);
   EXPECT_FALSE(options.tflops.has_value());
   EXPECT_FALSE(options.compare);
   EXPECT_FALSE(options.json);
@@ -76,6 +78,7 @@ TEST(PlanOptionsTest, EveryOptionWorksInBothForms) {
     add("--intra-bandwidth", "100");
     add("--inter-bandwidth", "12.5");
     add("--latency", "7");
+    add("--window", "256,0");
     for (const char* flag : {"--causal", "--compare", "--json"}) arguments.push_back(flag);
     const PlanOptions options = parse_plan(arguments);
     EXPECT_EQ(options.algorithm, "hamilton2");
@@ -94,6 +97,8 @@ TEST(PlanOptionsTest, EveryOptionWorksInBothForms) {
     EXPECT_DOUBLE_EQ(*options.intra_bandwidth, 100);
     EXPECT_DOUBLE_EQ(*options.inter_bandwidth, 12.5);
     EXPECT_DOUBLE_EQ(*options.latency, 7);
+    EXPECT_EQ(options.window_left, 256);
+    EXPECT_EQ(options.window_right, 0);
     EXPECT_TRUE(options.causal);
     EXPECT_TRUE(options.compare);
     EXPECT_TRUE(options.json);
@@ -113,8 +118,10 @@ TEST(PlanOptionsTest, BadValuesAreUsageErrors) {
   for (const char* rate : {"0", "-5", "inf", "fast"})
     EXPECT_THAT(usage_error({"plan", "--tflops", rate}), HasSubstr("--tflops expects a finite number > 0"));
   EXPECT_THAT(usage_error({"plan", "--dtype", "fp8"}), HasSubstr("--dtype:"));
-  EXPECT_EQ(usage_error({"plan", "--window", "1,1"}),
-            "spattn: unknown option '--window' for 'spattn plan'; see 'spattn help'");
+  EXPECT_THAT(usage_error({"plan", "--window", "-2,1"}),
+              HasSubstr("--window expects L,R with each an integer >= -1 (-1: unbounded)"));
+  EXPECT_EQ(usage_error({"plan", "--scale", "1"}),
+            "spattn: unknown option '--scale' for 'spattn plan'; see 'spattn help'");
   EXPECT_THAT(usage_error({"plan", "--ranks"}), HasSubstr("missing value after --ranks; usage: --ranks N"));
   EXPECT_THAT(usage_error({"plan", "--compare=yes"}), HasSubstr("--compare takes no value"));
   EXPECT_THAT(usage_error({"plan", "8"}), HasSubstr("unexpected argument '8' for 'spattn plan'"));
@@ -206,6 +213,10 @@ TEST(PlanCommandTest, CompareListsEveryStrategyAndWhyOneDoesNotApply) {
   EXPECT_THAT(text, AllOf(HasSubstr("model of 8 ranks on nvswitch"), HasSubstr("S = 65536 (8192 per rank)"),
                           HasSubstr("hamilton   n/a: sequence length 65536 cannot be cut into 7 slots per chunk over 8 ranks"),
                           HasSubstr("hamilton2  n/a: the two-level scheme needs at least 2 nodes")));
+  // A sliding window: in the header and the JSON.
+  const std::string windowed = plan({"--compare", "--causal", "--window", "4096,0", "--seq", "57344"});
+  EXPECT_THAT(windowed, HasSubstr(", causal, window 4096,0"));
+  EXPECT_THAT(plan({"--compare", "--causal", "--window", "4096,0", "--json"}), HasSubstr("\"window\": [4096, 0]"));
   const std::string json = plan({"--compare", "--nodes", "2", "--json"});
   EXPECT_THAT(json,
               AllOf(HasSubstr("\"ranks\": 16"), HasSubstr("\"strategies\": [{\"algo\": \"ring\""),

@@ -54,17 +54,25 @@ AttentionShape llm_shape(int64_t tokens_per_rank, int ranks) {
   return shape;
 }
 
+AttentionOptions mask_of(bool causal, int64_t window_left = -1, int64_t window_right = -1) {
+  AttentionOptions attention;
+  attention.causal = causal;
+  attention.window_left = window_left;
+  attention.window_right = window_right;
+  return attention;
+}
+
 std::map<Algorithm, StrategyCost> costs_by_algorithm(const Cluster& cluster, const AttentionShape& shape, int ranks,
                                                      bool causal, const StrategyOptions& options) {
   std::map<Algorithm, StrategyCost> costs;
-  for (const StrategyCost& cost : compare_strategies(cluster, shape, ranks, causal, options))
+  for (const StrategyCost& cost : compare_strategies(cluster, shape, ranks, mask_of(causal), options))
     costs.emplace(cost.algorithm, cost);
   return costs;
 }
 
 StrategyCost cost_of(Algorithm algorithm, const Cluster& cluster, const AttentionShape& shape, int ranks,
                      bool causal = false, const StrategyOptions& options = {}) {
-  return strategy_cost(cluster, shape, ranks, causal, algorithm, options);
+  return strategy_cost(cluster, shape, ranks, mask_of(causal), algorithm, options);
 }
 
 TEST(CostModel, BytesAndMessagesPerStepMatchHandComputedValues) {
@@ -153,6 +161,73 @@ TEST(CostModel, CausalZigzagHalvesEveryStepWhileTheRingWaitsForItsLastRank) {
   EXPECT_DOUBLE_EQ(ring.step.compute_seconds, full.step.compute_seconds);
   EXPECT_DOUBLE_EQ(ring.forward[0].compute_seconds, full.step.compute_seconds / 2);  // its own block
   EXPECT_LT(zigzag.forward_seconds, ring.forward_seconds);
+}
+
+// A window as long as the sequence hides nothing: the counted pairs give the closed forms' compute
+// (exactly without the causal mask; with it the diagonals' query-key pairs, half a row per token,
+// are counted too).
+TEST(CostModel, WindowsThatHideNothingCostWhatTheMaskWithoutThemCosts) {
+  const Cluster cluster = sized_cluster(cluster_preset("nvswitch"), 8, 2, 4);  // hamilton2 needs 2 nodes
+  StrategyOptions options;
+  options.nodes = 2;
+  const AttentionShape shape = llm_shape(1792, 8);  // S = 14336: a multiple of 2 x 8 x 7, so hamilton runs
+  for (Algorithm algorithm : all_algorithms()) {
+    SCOPED_TRACE(algorithm_name(algorithm));
+    const StrategyCost plain = strategy_cost(cluster, shape, 8, mask_of(false), algorithm, options);
+    const StrategyCost windowed =
+        strategy_cost(cluster, shape, 8, mask_of(false, shape.seq, shape.seq), algorithm, options);
+    ASSERT_TRUE(plain.applies()) << plain.not_applicable;
+    EXPECT_DOUBLE_EQ(windowed.forward_seconds, plain.forward_seconds);
+    EXPECT_DOUBLE_EQ(windowed.forward_backward_seconds, plain.forward_backward_seconds);
+    const StrategyCost causal = strategy_cost(cluster, shape, 8, mask_of(true), algorithm, options);
+    const StrategyCost causal_window = strategy_cost(cluster, shape, 8, mask_of(true, shape.seq, -1), algorithm, options);
+    EXPECT_GE(causal_window.forward_seconds, causal.forward_seconds);
+    EXPECT_LE(causal_window.forward_seconds, causal.forward_seconds * (1 + 1.0 / 1024));
+  }
+}
+
+// A window shorter than a rank's shard: a contiguous ring step computes only on the blocks next to
+// the rank's own (steps 1 and N-1: the neighbours before and after), zigzag only where a chunk
+// meets its neighbours; each query sees w + 1 keys (w before it, itself), so Ulysses computes
+// (S(w + 1) - w(w + 1) / 2) pairs of H / N heads.
+TEST(CostModel, ShortWindowsComputeOnlyBesideTheRanksOwnKeys) {
+  const Cluster cluster = cluster_preset("nvswitch");
+  const int ranks = 8;
+  const AttentionShape shape = llm_shape(4096, ranks);
+  const int64_t w = 512;
+  const StrategyCost ring = strategy_cost(cluster, shape, ranks, mask_of(false, w, 0), Algorithm::ring);
+  ASSERT_TRUE(ring.applies()) << ring.not_applicable;
+  double per_step[ranks] = {};
+  int step = 0;
+  for (const StepCost& cost : ring.forward)
+    for (int i = 0; i < cost.count; ++i) per_step[step++] = cost.compute_seconds;
+  ASSERT_EQ(step, ranks);
+  EXPECT_GT(per_step[0], 0);
+  EXPECT_GT(per_step[1], 0);  // the previous rank's last w keys
+  for (int later = 2; later < ranks; ++later) EXPECT_EQ(per_step[later], 0) << "step " << later;
+  const double per_pair = 4.0 * shape.batch * shape.heads * shape.head_dim / cluster.kernel_flops;
+  EXPECT_DOUBLE_EQ(per_step[1], per_pair * (w * (w + 1) / 2));  // rank r's first w queries, r-1's last keys
+
+  const StrategyCost ulysses = strategy_cost(cluster, shape, ranks, mask_of(true, w, -1), Algorithm::ulysses);
+  const double pairs = static_cast<double>(shape.seq * (w + 1) - w * (w + 1) / 2);
+  EXPECT_DOUBLE_EQ(ulysses.step.compute_seconds, per_pair / ranks * pairs);
+
+  // Under the causal mask with this window zigzag's slowest step is the rank holding the chunks
+  // beside both of its own; every strategy costs far less than without the window.
+  for (Algorithm algorithm : all_algorithms()) {
+    const StrategyCost windowed = strategy_cost(cluster, shape, ranks, mask_of(true, w, -1), algorithm);
+    const StrategyCost causal = strategy_cost(cluster, shape, ranks, mask_of(true), algorithm);
+    if (!causal.applies()) continue;
+    double windowed_compute = 0, causal_compute = 0;
+    for (const StepCost& cost : windowed.forward) windowed_compute += cost.count * cost.compute_seconds;
+    for (const StepCost& cost : causal.forward) causal_compute += cost.count * cost.compute_seconds;
+    EXPECT_LT(windowed_compute, causal_compute / 2) << algorithm_name(algorithm);
+  }
+}
+
+TEST(CostModel, WindowSidesBelowMinusOneAreRefused) {
+  EXPECT_THAT([] { strategy_cost(cluster_preset("nvswitch"), llm_shape(1024, 8), 8, mask_of(false, -2, 0), Algorithm::ring); },
+              ::testing::ThrowsMessage<Error>(HasSubstr("window (-2, 0) must have each side >= -1")));
 }
 
 TEST(CostModel, SwitchLimitsEgressWhileAFullMeshRunsLinksInParallel) {
@@ -403,7 +478,7 @@ TEST(CostModel, PresetsAndComparisonOrder) {
   } catch (const Error& error) {
     EXPECT_THAT(error.what(), HasSubstr("unknown cluster preset 'torus'; allowed: nvswitch, mesh, pcie, cpu"));
   }
-  const std::vector<StrategyCost> costs = compare_strategies(two_node, llm_shape(8192, 16), 16, true);
+  const std::vector<StrategyCost> costs = compare_strategies(two_node, llm_shape(8192, 16), 16, mask_of(true));
   ASSERT_EQ(costs.size(), all_algorithms().size());
   for (std::size_t i = 0; i < costs.size(); ++i) EXPECT_EQ(costs[i].algorithm, all_algorithms()[i]);
 }

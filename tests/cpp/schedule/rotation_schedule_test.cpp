@@ -104,6 +104,37 @@ TEST(RotationSchedule, CoversEveryVisiblePairOnce) {
   }
 }
 
+// rotation_visible_pairs counts what rotation_step_blocks lists, pair by pair under the mask, at
+// every step and rank; and arrival_step inverts source.
+TEST(RotationSchedule, VisiblePairsCountTheListedBlocks) {
+  const AttentionMask masks[] = {AttentionMask{-1, -1}, causal_mask(), AttentionMask{5, 2}, AttentionMask{7, 0},
+                                 AttentionMask{0, 3}};
+  for (const NamedCycles& set : every_cycle_set()) {
+    const CycleSchedule schedule(set.cycles, set.ranks);
+    for (int slot = 0; slot < schedule.slots(); ++slot)
+      for (int rank = 0; rank < set.ranks; ++rank)
+        for (int step = 0; step < set.ranks; ++step)
+          ASSERT_EQ(schedule.arrival_step(slot, schedule.source(slot, rank, step), rank), step) << set.name;
+    for (LayoutKind kind : {LayoutKind::contiguous, LayoutKind::zigzag})
+      for (const AttentionMask& mask : masks) {
+        const SequenceLayout layout(kind, 2 * set.ranks * schedule.slots() * 3, set.ranks);
+        const std::vector<std::vector<int64_t>> pairs = rotation_visible_pairs(layout, schedule, mask);
+        for (int rank = 0; rank < set.ranks; ++rank)
+          for (int step = 0; step < set.ranks; ++step) {
+            int64_t listed = 0;
+            for (const RotationStepBlock& block : rotation_step_blocks(layout, schedule, mask, rank, step))
+              for (const SlotPiece& piece : block.keys)
+                for (int64_t i = 0; i < block.queries.length; ++i)
+                  for (int64_t j = 0; j < piece.length; ++j)
+                    listed += mask.visible(block.queries.position + i, piece.position + j);
+            ASSERT_EQ(pairs[static_cast<std::size_t>(step)][static_cast<std::size_t>(rank)], listed)
+                << set.name << " " << layout_name(kind) << " mask " << mask.left << "," << mask.right << " rank "
+                << rank << " step " << step;
+          }
+      }
+  }
+}
+
 // Causal zigzag: at every step every rank computes the same area, and after step 0 all of it is
 // visible: 2 pieces' worth per slot (the front half of a slot for all queries when its source is
 // earlier, the back queries against the whole slot when later).
