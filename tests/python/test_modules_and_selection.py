@@ -103,6 +103,21 @@ def test_estimates_put_the_runnable_fastest_first():
     assert "4 or 6" in six["hamilton"].not_applicable or "6" in six["hamilton"].not_applicable
 
 
+def test_a_sliding_window_shrinks_the_modelled_attention():
+    # A window of 4096 keys in 65536: Ulysses computes 1/16 of the causal work and comes first,
+    # while the rotations still send K,V at every step.
+    plain = {e.algorithm: e for e in spattn.estimate_strategies(65536, 32, 8, 128, world_size=8, causal=True)}
+    windowed = spattn.estimate_strategies(65536, 32, 8, 128, world_size=8, causal=True, window_size=(4096, 0))
+    assert windowed[0].algorithm in ("ulysses", "usp")
+    for estimate in windowed:
+        if not estimate.not_applicable:
+            assert 0 < estimate.forward_backward_seconds < plain[estimate.algorithm].forward_backward_seconds
+    assert spattn.auto_select(65536, 32, 8, 128, world_size=8, causal=True, window_size=(4096, 0)).algorithm in (
+        "ulysses", "usp")
+    with pytest.raises(ValueError, match=r"window_size=\(-3, 0\); expected \(left, right\), each >= -1"):
+        spattn.estimate_strategies(65536, 32, 8, 128, world_size=8, window_size=(-3, 0))
+
+
 def test_auto_select_avoids_strategies_that_cannot_run():
     # 3 query heads do not split over 2 ranks, so neither Ulysses nor USP may be chosen.
     assert spattn.auto_select(4096, 3, 3, 64, world_size=2, causal=False).algorithm not in ("ulysses", "usp")
