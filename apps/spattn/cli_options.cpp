@@ -103,11 +103,21 @@ void parse_device(RunOptions& options, const std::string& name) {
   options.device = name;
 }
 
+template <typename Options>
+void parse_preset(Options& options, const std::string& name) {
+  const auto& names = cluster_preset_names();
+  if (std::find(names.begin(), names.end(), name) == names.end()) {
+    fail_value("--preset", "one of " + preset_list(), name);
+  }
+  options.preset = name;
+}
+
 void parse_algorithm(RunOptions& options, const std::string& name) {
   const auto& algorithms = all_algorithms();
-  const bool known = std::any_of(algorithms.begin(), algorithms.end(),
+  const bool known = name == kAutoAlgorithm ||
+                     std::any_of(algorithms.begin(), algorithms.end(),
                                  [&](Algorithm algorithm) { return algorithm_name(algorithm) == name; });
-  if (!known) throw UsageError("unknown --algo '" + name + "'; allowed: " + algorithm_list());
+  if (!known) throw UsageError("unknown --algo '" + name + "'; allowed: " + algorithm_list() + ", " + kAutoAlgorithm);
   options.algorithm = name;
 }
 
@@ -189,14 +199,20 @@ OptionTable<Options> shape_options(const std::string& seq_description) {
 const OptionTable<RunOptions>& run_option_table() {
   const RunOptions defaults;
   static const OptionTable<RunOptions> table = concatenated<RunOptions>({
-      {{"--algo", "NAME", "strategy: " + algorithm_list() + " (default " + defaults.algorithm + ")",
+      {{"--algo", "NAME",
+        "strategy: " + algorithm_list() + ", or " + kAutoAlgorithm +
+            " (the fastest in spattn plan --compare's model of this shape on --preset) (default " +
+            defaults.algorithm + ")",
         [](RunOptions& options, const std::string& value) { parse_algorithm(options, value); }},
        {"--nodes", "U", "hamilton2: nodes, of N/U ranks each (default 1)",
         [](RunOptions& options, const std::string& value) { options.nodes = parse_count("--nodes", value, 1); }},
        {"--inner", "N1", "usp: Ulysses degree, ranks per group (default: the largest dividing N, H and HK)",
         [](RunOptions& options, const std::string& value) { options.inner = parse_count("--inner", value, 1); }},
        {"--across", "NAME", "usp: ring, zigzag or hamilton across the groups (default zigzag)",
-        [](RunOptions& options, const std::string& value) { parse_across(options, value); }}},
+        [](RunOptions& options, const std::string& value) { parse_across(options, value); }},
+       {"--preset", "NAME",
+        "--algo auto: the cluster the cost model prices, " + preset_list() + " (default nvswitch on cuda, cpu on cpu)",
+        [](RunOptions& options, const std::string& value) { parse_preset(options, value); }}},
       mask_options<RunOptions>(),
       shape_options<RunOptions>("global sequence length, split over the ranks (default " +
                                 std::to_string(defaults.seq) + ")"),
@@ -249,14 +265,6 @@ void parse_plan_algorithm(PlanOptions& options, const std::string& name) {
                name);
   }
   options.algorithm = name;
-}
-
-void parse_preset(PlanOptions& options, const std::string& name) {
-  const auto& names = cluster_preset_names();
-  if (std::find(names.begin(), names.end(), name) == names.end()) {
-    fail_value("--preset", "one of " + preset_list(), name);
-  }
-  options.preset = name;
 }
 
 const OptionTable<PlanOptions>& plan_option_table() {

@@ -21,9 +21,13 @@ struct UsageError : Error {
   explicit UsageError(const std::string& message) : Error("spattn: " + message) {}
 };
 
+/// --algo of `spattn run` that lets the cost model choose (schedule/cost_model.hpp: fastest_strategy).
+inline constexpr const char* kAutoAlgorithm = "auto";
+
 /// Options of `spattn run`, with their defaults.
 struct RunOptions {
-  std::string algorithm = "zigzag";  // one of all_algorithms() (spattn/distributed_attention.hpp)
+  std::string algorithm = "zigzag";  // one of all_algorithms() (spattn/distributed_attention.hpp), or "auto"
+  std::string preset;                // the cluster model of --algo auto; "": nvswitch on cuda, cpu on cpu
   bool causal = false;
   int nodes = 1;  // hamilton2: nodes; ranks per node = ranks / nodes
   int inner = 0;  // usp: Ulysses degree; 0: chosen by the strategy

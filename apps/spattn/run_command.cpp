@@ -3,12 +3,16 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <iomanip>
 #include <iostream>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "accuracy_report.hpp"
 #include "npy_file.hpp"
 #include "run_report.hpp"
+#include "schedule/cost_model.hpp"
 #include "spattn/build_info.hpp"
 #include "spattn/device_communicator.hpp"
 #include "spattn/mpi_communicator.hpp"
@@ -117,6 +121,35 @@ Profile slowest_rank(Communicator& world, const Profile& mine) {
   return profile;
 }
 
+// --algo auto: the strategy the cost model expects fastest for this shape and mask on `ranks`
+// ranks of the --preset cluster (nodes: --nodes, else as many as the ranks fill). Every rank
+// computes the same choice from the same agreed problem. One rank: ring, which is then local
+// attention like every strategy. Sets the algorithm in `options` and hamilton2's nodes in
+// `strategy_options`; returns the line the report prints.
+std::string select_strategy(RunOptions& options, const AttentionProblem& problem, int ranks,
+                            StrategyOptions& strategy_options) {
+  if (ranks == 1) {
+    options.algorithm = algorithm_name(Algorithm::ring);
+    return "auto: 1 rank, local attention";
+  }
+  const std::string preset = !options.preset.empty() ? options.preset : options.device == "cuda" ? "nvswitch" : "cpu";
+  const int nodes = options.nodes > 1 ? options.nodes : 0;
+  const Cluster cluster = sized_cluster(cluster_preset(preset), ranks, nodes, nodes > 0 ? ranks / nodes : 0);
+  strategy_options.nodes = cluster.nodes;
+  const std::vector<StrategyCost> costs =
+      compare_strategies(cluster, problem.shape, ranks, problem.options, strategy_options);
+  const StrategyCost& chosen = fastest_strategy(costs, options.backward);
+  options.algorithm = algorithm_name(chosen.algorithm);
+  std::ostringstream why;
+  why << std::fixed << std::setprecision(3) << "auto: the cost model's fastest " << (options.backward ? "forward+backward" : "forward") << " on " << preset
+      << " (" << cluster.nodes << " node" << (cluster.nodes == 1 ? "" : "s") << ")";
+  for (const StrategyCost& cost : costs)
+    if (cost.applies())
+      why << (&cost == &chosen ? "; *" : "; ") << algorithm_name(cost.algorithm) << " "
+          << (options.backward ? cost.forward_backward_seconds : cost.forward_seconds) * 1e3 << " ms";
+  return why.str();
+}
+
 void write_outputs(const std::string& directory, const AttentionOutputs& outputs) {
   std::filesystem::create_directories(directory);
   const std::pair<const char*, const HostTensor*> files[] = {{"out.npy", &outputs.out}, {"lse.npy", &outputs.lse},
@@ -142,11 +175,13 @@ int run_command(const RunOptions& given) {
       world, options.device == "cuda" ? DeviceKind::cuda : DeviceKind::cpu, parse_transport(options.transport));
   const std::unique_ptr<Communicator> communicator = make_device_communicator(world, placement);
   const AttentionProblem problem = agreed_problem(world, options);
-  const Algorithm algorithm = parse_algorithm(options.algorithm);
   StrategyOptions strategy_options;
   strategy_options.nodes = options.nodes;
   strategy_options.inner = options.inner;
   strategy_options.across = parse_algorithm(options.across);
+  std::string selection;
+  if (options.algorithm == kAutoAlgorithm) selection = select_strategy(options, problem, world.size(), strategy_options);
+  const Algorithm algorithm = parse_algorithm(options.algorithm);
   const StrategyRun run = run_strategy(*communicator, algorithm, problem, options.warmup, options.iters,
                                        options.profile_steps, strategy_options);
 
@@ -157,6 +192,7 @@ int run_command(const RunOptions& given) {
   report.device = placement.device;
   report.transport = transport_name(placement.transport);
   report.ranks_per_device = placement.ranks_per_device;
+  report.selection = selection;
   const double flop = forward_flop(options);
   report.forward.profile = slowest_rank(world, run.forward);
   report.forward.tflops = flop / (report.forward.profile.total_ms * 1e-3) * 1e-12;

@@ -93,6 +93,7 @@ std::string format_table(const RunReport& report) {
     text << " on " << device_kind_name(report.device) << " over " << report.transport << " ("
          << report.ranks_per_device << " rank" << (report.ranks_per_device == 1 ? "" : "s") << " per GPU), kernel "
          << kernel_choice_name(o.kernel) << "\n";
+  if (!report.selection.empty()) text << "  " << report.selection << "\n";
   text
        << "  shape B=" << o.batch << " S=" << o.seq << " H=" << o.heads << " HK=" << o.kv_heads << " D=" << o.head_dim
        << "  " << dtype_name(o.dtype) << "  causal=" << (o.causal ? "yes" : "no") << "  window=" << window_text(o)
@@ -138,6 +139,7 @@ std::string format_json(const RunReport& report) {
        << ", \"kv_heads\": " << o.kv_heads << ", \"head_dim\": " << o.head_dim << "}"
        << ", \"dtype\": \"" << dtype_name(o.dtype) << "\", \"causal\": " << (o.causal ? "true" : "false")
        << ", \"window\": [" << o.window_left << ", " << o.window_right << "]"
+       << ", \"selection\": " << (report.selection.empty() ? "null" : "\"" + report.selection + "\"")
        << ", \"backward\": " << (report.backward ? "true" : "false") << ", \"iters\": " << o.iters
        << ", \"seed\": " << o.seed << ", \"time_ms\": {\"forward\": ";
   pass_json(report.forward);

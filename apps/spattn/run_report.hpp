@@ -25,6 +25,7 @@ struct RunReport {
   Device device{};              // rank 0's device
   std::string transport = "mpi";
   int ranks_per_device = 1;
+  std::string selection;  // --algo auto: why this strategy; "" otherwise
   PassTiming forward;
   std::optional<PassTiming> backward;
   std::optional<std::vector<OutputError>> errors;  // with --check

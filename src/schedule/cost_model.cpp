@@ -523,6 +523,23 @@ StrategyCost strategy_cost(const Cluster& cluster, const AttentionShape& shape, 
   return cost;
 }
 
+const StrategyCost& fastest_strategy(const std::vector<StrategyCost>& costs, bool with_backward) {
+  const StrategyCost* fastest = nullptr;
+  std::ostringstream reasons;
+  for (const StrategyCost& cost : costs) {
+    if (!cost.applies()) {
+      reasons << "; " << algorithm_name(cost.algorithm) << ": " << cost.not_applicable;
+      continue;
+    }
+    const auto seconds = [with_backward](const StrategyCost& c) {
+      return with_backward ? c.forward_backward_seconds : c.forward_seconds;
+    };
+    if (fastest == nullptr || seconds(cost) < seconds(*fastest)) fastest = &cost;
+  }
+  SPATTN_CHECK(fastest != nullptr, "no strategy runs this case" << reasons.str());
+  return *fastest;
+}
+
 std::vector<StrategyCost> compare_strategies(const Cluster& cluster, const AttentionShape& shape, int ranks,
                                              const AttentionOptions& attention,
                                              const StrategyOptions& strategy_options) {

@@ -149,6 +149,11 @@ StrategyCost strategy_cost(const Cluster& cluster, const AttentionShape& shape, 
                            const AttentionOptions& attention, Algorithm algorithm,
                            const StrategyOptions& strategy_options = {});
 
+/// The strategy of `costs` that the model expects fastest among those that apply (forward and
+/// backward together, or forward alone), the earliest on a tie; throws Error listing why each
+/// one cannot run when none can.
+const StrategyCost& fastest_strategy(const std::vector<StrategyCost>& costs, bool with_backward);
+
 /// strategy_cost of every algorithm, in all_algorithms() order.
 std::vector<StrategyCost> compare_strategies(const Cluster& cluster, const AttentionShape& shape, int ranks,
                                              const AttentionOptions& attention,

@@ -133,7 +133,54 @@ class ExitStatus(unittest.TestCase):
     def test_unknown_algorithm_names_the_allowed_ones(self):
         result = spattn(1, "run", "--algo", "spiral")
         self.assertEqual(result.returncode, 2)
-        self.assertIn("allowed: ring, zigzag, ulysses, hamilton, hamilton2, allgather, usp", result.stderr)
+        self.assertIn("allowed: ring, zigzag, ulysses, hamilton, hamilton2, allgather, usp, auto", result.stderr)
+
+    def test_auto_runs_the_strategy_the_cost_model_ranks_first(self):
+        # 3 ranks, 8 heads: no Ulysses (heads do not split), so the balanced zigzag or hamilton
+        # under the causal mask; the report names the choice and the model's times, and it runs
+        # and passes the check like a named strategy.
+        result = spattn(3, "run", "--algo", "auto", "--causal", "--seq", "1536", "--backward", "--check", "--json")
+        self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+        report = json.loads(result.stdout.strip().splitlines()[-1])
+        self.assertIn(report["algo"], ("zigzag", "hamilton", "allgather"))
+        self.assertIn("auto: the cost model's fastest forward+backward on cpu (1 node)", report["selection"])
+        self.assertIn("*" + report["algo"] + " ", report["selection"])
+        self.assertEqual(report["check"], "pass")
+        self.assert_least_modelled(report)
+        # A sliding window: every strategy's modelled time falls (its attention shrinks).
+        result = spattn(2, "run", "--algo", "auto", "--causal", "--window", "64,0", "--seq", "4096", "--json")
+        self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+        windowed = json.loads(result.stdout.strip().splitlines()[-1])
+        self.assert_least_modelled(windowed)
+        result = spattn(2, "run", "--algo", "auto", "--causal", "--seq", "4096", "--json")
+        plain = json.loads(result.stdout.strip().splitlines()[-1])
+        for algorithm, seconds in self.modelled(windowed).items():
+            self.assertLess(seconds, self.modelled(plain)[algorithm], algorithm)
+        # One rank: local attention; a named --preset is a usage error when unknown.
+        result = spattn(1, "run", "--algo", "auto", "--json")
+        self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+        self.assertIn('"selection": "auto: 1 rank, local attention"', result.stdout)
+        result = spattn(1, "run", "--algo", "auto", "--preset", "dgx")
+        self.assertEqual(result.returncode, 2)
+        self.assertIn("--preset expects one of nvswitch, mesh, pcie, cpu, got 'dgx'", result.stderr)
+
+    @staticmethod
+    def modelled(report):
+        """{algorithm: modelled ms} from the report's selection line ('; *zigzag 1.234 ms; ...')."""
+        times = {}
+        for part in report["selection"].split("; ")[1:]:
+            name, milliseconds, _ = part.split(" ")
+            times[name.lstrip("*")] = float(milliseconds)
+        return times
+
+    def assert_least_modelled(self, report):
+        times = self.modelled(report)
+        self.assertEqual(times[report["algo"]], min(times.values()), report["selection"])
+
+    def test_auto_with_no_runnable_strategy_says_why_for_each(self):
+        result = spattn(2, "run", "--algo", "auto", "--seq", "7")
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("no strategy runs this case; ring:", result.stderr)
 
     def test_indivisible_sequence_names_nearest_valid_lengths(self):
         result = spattn(3, "run", "--algo", "zigzag", "--seq", "100")
