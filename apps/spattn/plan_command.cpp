@@ -283,6 +283,8 @@ std::string comparison_json(const PlanCase& plan, const std::vector<StrategyCost
     json << ", \"not_applicable\": null, \"configuration\": " << json_string(cost.configuration)
          << ", \"step\": " << step_json(cost.step) << ", \"forward_s\": " << json_value(cost.forward_seconds)
          << ", \"forward_backward_s\": " << json_value(cost.forward_backward_seconds)
+         << ", \"forward_exposed_transfer_s\": " << json_value(cost.forward_exposed_seconds)
+         << ", \"forward_backward_exposed_transfer_s\": " << json_value(cost.forward_backward_exposed_seconds)
          << ", \"forward\": " << steps_json(cost.forward) << ", \"backward\": " << steps_json(cost.backward) << "}";
   }
   json << "]}";
@@ -295,14 +297,16 @@ std::string comparison_table(const PlanCase& plan, const std::vector<StrategyCos
        << ")\n"
        << shape_summary(plan) << "\n"
        << "per rank and forward step: a rotation step (ring, zigzag, hamilton, hamilton2, usp's ring), or the\n"
-          "whole forward pass where nothing overlaps (ulysses, allgather); steps: how many such steps; times in ms\n";
-  const std::vector<int> widths = {11, 7, 12, 12, 6, 10, 10, 10, 10, 10};
+          "whole forward pass where nothing overlaps (ulysses, allgather); steps: how many such steps; exposed:\n"
+          "transfer time that compute does not hide, forward and backward; times in ms\n";
+  const std::vector<int> widths = {11, 7, 12, 12, 6, 10, 10, 10, 10, 10, 10};
   const auto row = [&](const std::vector<std::string>& cells) {
     for (std::size_t i = 0; i < cells.size(); ++i)
       text << std::left << std::setw(i < widths.size() ? widths[i] : 0) << cells[i];
     text << "\n";
   };
-  row({"algo", "steps", "sent", "across", "msgs", "compute", "transfer", "step", "forward", "fwd+bwd", "setup"});
+  row({"algo", "steps", "sent", "across", "msgs", "compute", "transfer", "step", "forward", "fwd+bwd", "exposed",
+       "setup"});
   for (const StrategyCost& cost : costs) {
     if (!cost.applies()) {
       text << std::left << std::setw(widths[0]) << algorithm_name(cost.algorithm) << "n/a: " << cost.not_applicable
@@ -313,7 +317,8 @@ std::string comparison_table(const PlanCase& plan, const std::vector<StrategyCos
     row({algorithm_name(cost.algorithm), std::to_string(step.count), format_bytes(step.transfer.bytes),
          format_bytes(step.transfer.inter_node_bytes), std::to_string(step.transfer.messages),
          milliseconds(step.compute_seconds), milliseconds(step.transfer.seconds), milliseconds(step.seconds()),
-         milliseconds(cost.forward_seconds), milliseconds(cost.forward_backward_seconds), cost.configuration});
+         milliseconds(cost.forward_seconds), milliseconds(cost.forward_backward_seconds),
+         milliseconds(cost.forward_backward_exposed_seconds), cost.configuration});
   }
   return text.str();
 }

@@ -155,6 +155,13 @@ void finish(StrategyCost& cost) {
   cost.step = typical_step(cost.forward);
   cost.forward_seconds = pass_seconds(cost.forward);
   cost.forward_backward_seconds = cost.forward_seconds + pass_seconds(cost.backward);
+  const auto exposed = [](const std::vector<StepCost>& steps) {
+    double seconds = 0;
+    for (const StepCost& step : steps) seconds += step.count * step.exposed_transfer_seconds();
+    return seconds;
+  };
+  cost.forward_exposed_seconds = exposed(cost.forward);
+  cost.forward_backward_exposed_seconds = cost.forward_exposed_seconds + exposed(cost.backward);
 }
 
 // The kv heads a rank reads when Ulysses gives each of `degree` ranks heads / degree consecutive
@@ -477,6 +484,10 @@ Transfer step_transfer(const Cluster& cluster, const StepTraffic& traffic) {
 
 double StepCost::seconds() const {
   return overlapped ? std::max(compute_seconds, transfer.seconds) : compute_seconds + transfer.seconds;
+}
+
+double StepCost::exposed_transfer_seconds() const {
+  return overlapped ? std::max(0.0, transfer.seconds - compute_seconds) : transfer.seconds;
 }
 
 const std::vector<Algorithm>& rotation_algorithms() {

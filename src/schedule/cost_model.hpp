@@ -116,6 +116,9 @@ struct StepCost {
   bool overlapped = false;     ///< compute and transfer run concurrently
   /// max(compute, transfer) when overlapped, else their sum.
   double seconds() const;
+  /// The part of the transfer that compute does not hide: transfer - compute when overlapped
+  /// (none when compute is longer), else all of it.
+  double exposed_transfer_seconds() const;
 };
 
 /// The modelled cost of one algorithm for one shape, number of ranks and cluster.
@@ -130,6 +133,8 @@ struct StrategyCost {
   std::vector<StepCost> backward;
   double forward_seconds = 0;
   double forward_backward_seconds = 0;
+  double forward_exposed_seconds = 0;           ///< transfer time not hidden by compute, forward
+  double forward_backward_exposed_seconds = 0;  ///< the same over forward and backward
   bool applies() const { return not_applicable.empty(); }
 };
 

@@ -230,6 +230,32 @@ TEST(CostModel, WindowSidesBelowMinusOneAreRefused) {
               ::testing::ThrowsMessage<Error>(HasSubstr("window (-2, 0) must have each side >= -1")));
 }
 
+// A pass lasts its compute plus the transfer time that compute does not hide, for every strategy;
+// short sequences leave the rotations' transfers exposed, long ones hide them.
+TEST(CostModel, PassesAreComputePlusExposedTransfer) {
+  const Cluster cluster = sized_cluster(cluster_preset("nvswitch"), 16, 2, 8);
+  StrategyOptions options;
+  options.nodes = 2;
+  for (const int64_t tokens : {1024, 65536}) {
+    const AttentionShape shape = llm_shape(tokens, 16);
+    for (const StrategyCost& cost : compare_strategies(cluster, shape, 16, mask_of(true), options)) {
+      if (!cost.applies()) continue;
+      SCOPED_TRACE(algorithm_name(cost.algorithm) + " at " + std::to_string(tokens) + " tokens per rank");
+      double forward_compute = 0, backward_compute = 0;
+      for (const StepCost& step : cost.forward) forward_compute += step.count * step.compute_seconds;
+      for (const StepCost& step : cost.backward) backward_compute += step.count * step.compute_seconds;
+      EXPECT_NEAR(cost.forward_seconds, forward_compute + cost.forward_exposed_seconds, 1e-12);
+      EXPECT_NEAR(cost.forward_backward_seconds,
+                  forward_compute + backward_compute + cost.forward_backward_exposed_seconds, 1e-12);
+      EXPECT_GE(cost.forward_exposed_seconds, 0);
+    }
+  }
+  const StrategyCost short_ring = cost_of(Algorithm::zigzag, cluster, llm_shape(1024, 16), 16, true, options);
+  const StrategyCost long_ring = cost_of(Algorithm::zigzag, cluster, llm_shape(65536, 16), 16, true, options);
+  EXPECT_GT(short_ring.forward_exposed_seconds, 0.5 * short_ring.forward_seconds);
+  EXPECT_LT(long_ring.forward_exposed_seconds, 0.01 * long_ring.forward_seconds);
+}
+
 TEST(CostModel, SwitchLimitsEgressWhileAFullMeshRunsLinksInParallel) {
   Cluster cluster = small_cluster();
   cluster.nodes = 1;
