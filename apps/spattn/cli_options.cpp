@@ -24,11 +24,13 @@ std::string algorithm_list(const std::vector<Algorithm>& algorithms = all_algori
   return names;
 }
 
-std::string preset_list() {
-  std::string names;
-  for (const std::string& name : cluster_preset_names()) names += (names.empty() ? "" : ", ") + name;
-  return names;
+std::string name_list(const std::vector<std::string>& names) {
+  std::string list;
+  for (const std::string& name : names) list += (list.empty() ? "" : ", ") + name;
+  return list;
 }
+
+std::string preset_list() { return name_list(cluster_preset_names()); }
 
 [[noreturn]] void fail_value(const std::string& option, const std::string& allowed, const std::string& value) {
   throw UsageError(option + " expects " + allowed + ", got '" + value + "'");
@@ -110,6 +112,15 @@ void parse_preset(Options& options, const std::string& name) {
     fail_value("--preset", "one of " + preset_list(), name);
   }
   options.preset = name;
+}
+
+template <typename Options>
+void parse_network(Options& options, const std::string& name) {
+  const auto& names = network_preset_names();
+  if (std::find(names.begin(), names.end(), name) == names.end()) {
+    fail_value("--network", "one of " + name_list(names), name);
+  }
+  options.network = name;
 }
 
 void parse_algorithm(RunOptions& options, const std::string& name) {
@@ -212,7 +223,10 @@ const OptionTable<RunOptions>& run_option_table() {
         [](RunOptions& options, const std::string& value) { parse_across(options, value); }},
        {"--preset", "NAME",
         "--algo auto: the cluster the cost model prices, " + preset_list() + " (default nvswitch on cuda, cpu on cpu)",
-        [](RunOptions& options, const std::string& value) { parse_preset(options, value); }}},
+        [](RunOptions& options, const std::string& value) { parse_preset(options, value); }},
+       {"--network", "NAME", "--algo auto: the links across nodes, " + name_list(network_preset_names()) +
+                                 " (default: the preset's)",
+        [](RunOptions& options, const std::string& value) { parse_network(options, value); }}},
       mask_options<RunOptions>(),
       shape_options<RunOptions>("global sequence length, split over the ranks (default " +
                                 std::to_string(defaults.seq) + ")"),
@@ -293,6 +307,8 @@ const OptionTable<PlanOptions>& plan_option_table() {
                                  " per rank)"),
       {{"--preset", "NAME", "cluster: " + preset_list() + " (default " + defaults.preset + "; see below)",
         [](PlanOptions& options, const std::string& value) { parse_preset(options, value); }},
+       {"--network", "NAME", "links across nodes: " + name_list(network_preset_names()) + " (default: the preset's)",
+        [](PlanOptions& options, const std::string& value) { parse_network(options, value); }},
        {"--tflops", "R", "attention kernel rate in TFLOP/s (default: the preset's)",
         [](PlanOptions& options, const std::string& value) {
           options.tflops = parse_positive_real<double>("--tflops", value);
@@ -467,6 +483,13 @@ std::string usage_text() {
        << "presets of --preset (src/schedule/cost_model.hpp):\n";
   for (const std::string& preset : cluster_preset_names()) {
     text << option_line(preset, cluster_summary(cluster_preset(preset)));
+  }
+  text << "networks of --network (across nodes, per rank):\n";
+  for (const std::string& network : network_preset_names()) {
+    const LinkCost link = network_preset(network);
+    std::ostringstream figures;
+    figures << link.bandwidth / 1e9 << " GB/s, " << link.latency * 1e6 << " us per message";
+    text << option_line(network, figures.str());
   }
   return text.str();
 }

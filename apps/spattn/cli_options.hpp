@@ -28,6 +28,7 @@ inline constexpr const char* kAutoAlgorithm = "auto";
 struct RunOptions {
   std::string algorithm = "zigzag";  // one of all_algorithms() (spattn/distributed_attention.hpp), or "auto"
   std::string preset;                // the cluster model of --algo auto; "": nvswitch on cuda, cpu on cpu
+  std::string network;               // --algo auto: the links across its nodes; "": the preset's
   bool causal = false;
   int nodes = 1;  // hamilton2: nodes; ranks per node = ranks / nodes
   int inner = 0;  // usp: Ulysses degree; 0: chosen by the strategy
@@ -75,6 +76,7 @@ struct PlanOptions {
   int64_t head_dim = 128;
   DType dtype = DType::bf16;
   std::string preset = "nvswitch";  // one of cluster_preset_names() (schedule/cost_model.hpp)
+  std::string network;              // one of network_preset_names(); "": the preset's
   std::optional<double> tflops;     // kernel rate; the preset's when unset
   std::optional<double> intra_bandwidth;  // GB/s within a node; the preset's when unset
   std::optional<double> inter_bandwidth;  // GB/s across nodes; the preset's when unset

@@ -29,6 +29,7 @@ struct PlanCase {
 PlanCase plan_case(const PlanOptions& options) {
   PlanCase plan;
   Cluster kind = cluster_preset(options.preset);
+  if (!options.network.empty()) kind.across_nodes = network_preset(options.network);
   if (options.tflops) kind.kernel_flops = *options.tflops * 1e12;
   if (options.intra_bandwidth) kind.within_node.bandwidth = *options.intra_bandwidth * 1e9;
   if (options.inter_bandwidth) kind.across_nodes.bandwidth = *options.inter_bandwidth * 1e9;

@@ -134,7 +134,9 @@ std::string select_strategy(RunOptions& options, const AttentionProblem& problem
   }
   const std::string preset = !options.preset.empty() ? options.preset : options.device == "cuda" ? "nvswitch" : "cpu";
   const int nodes = options.nodes > 1 ? options.nodes : 0;
-  const Cluster cluster = sized_cluster(cluster_preset(preset), ranks, nodes, nodes > 0 ? ranks / nodes : 0);
+  Cluster kind = cluster_preset(preset);
+  if (!options.network.empty()) kind.across_nodes = network_preset(options.network);
+  const Cluster cluster = sized_cluster(kind, ranks, nodes, nodes > 0 ? ranks / nodes : 0);
   strategy_options.nodes = cluster.nodes;
   const std::vector<StrategyCost> costs =
       compare_strategies(cluster, problem.shape, ranks, problem.options, strategy_options);

@@ -34,12 +34,28 @@ Cluster preset_node(const std::string& name, LinkCost within_node, bool full_mes
   return cluster;
 }
 
+// The links that join nodes, per rank, in network_preset_names() order.
+const std::vector<std::pair<std::string, LinkCost>>& networks() {
+  static const std::vector<std::pair<std::string, LinkCost>> all = {
+      {"ib-400g", {50 * kGigabyte, 20 * kMicrosecond}},
+      {"ib-200g", {25 * kGigabyte, 20 * kMicrosecond}},
+      {"roce-100g", {12.5 * kGigabyte, 25 * kMicrosecond}},
+      {"ethernet-25g", {3 * kGigabyte, 30 * kMicrosecond}},
+  };
+  return all;
+}
+
 const std::vector<Cluster>& presets() {
+  // NVLink 4 through NVSwitch: 450 GB/s per GPU and direction, the same for H100 and H200.
+  const LinkCost nvlink4{450 * kGigabyte, 10 * kMicrosecond};
+  constexpr double kH100Kernel = 500e12, kH200Kernel = 550e12;  // see cost_model.hpp
   static const std::vector<Cluster> all = {
-      preset_node("nvswitch", {450 * kGigabyte, 10 * kMicrosecond}, false, {50 * kGigabyte, 20 * kMicrosecond}, 500e12),
-      preset_node("mesh", {64 * kGigabyte, 10 * kMicrosecond}, true, {50 * kGigabyte, 20 * kMicrosecond}, 500e12),
-      preset_node("pcie", {25 * kGigabyte, 15 * kMicrosecond}, false, {25 * kGigabyte, 20 * kMicrosecond}, 400e12),
-      preset_node("cpu", {5 * kGigabyte, 2 * kMicrosecond}, false, {3 * kGigabyte, 30 * kMicrosecond}, 0.05e12),
+      preset_node("nvswitch", nvlink4, false, network_preset("ib-400g"), kH100Kernel),
+      preset_node("h100-nvswitch", nvlink4, false, network_preset("ib-400g"), kH100Kernel),
+      preset_node("h200-nvswitch", nvlink4, false, network_preset("ib-400g"), kH200Kernel),
+      preset_node("mesh", {64 * kGigabyte, 10 * kMicrosecond}, true, network_preset("ib-400g"), kH100Kernel),
+      preset_node("pcie", {25 * kGigabyte, 15 * kMicrosecond}, false, network_preset("ib-200g"), 400e12),
+      preset_node("cpu", {5 * kGigabyte, 2 * kMicrosecond}, false, network_preset("ethernet-25g"), 0.05e12),
   };
   return all;
 }
@@ -420,6 +436,23 @@ Cluster sized_cluster(const Cluster& kind, int ranks, int nodes, int ranks_per_n
   cluster.nodes = nodes > 0 ? nodes : (ranks + cluster.ranks_per_node - 1) / cluster.ranks_per_node;
   check_ranks_fit(cluster, ranks);
   return cluster;
+}
+
+const std::vector<std::string>& network_preset_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> list;
+    for (const auto& [name, link] : networks()) list.push_back(name);
+    return list;
+  }();
+  return names;
+}
+
+LinkCost network_preset(const std::string& name) {
+  for (const auto& [preset, link] : networks())
+    if (preset == name) return link;
+  std::string allowed;
+  for (const std::string& preset : network_preset_names()) allowed += (allowed.empty() ? "" : ", ") + preset;
+  SPATTN_FAIL("unknown network '" << name << "'; allowed: " << allowed);
 }
 
 std::string cluster_summary(const Cluster& cluster) {

@@ -54,22 +54,33 @@ struct Cluster {
   double kernel_flops = 500e12;  ///< attention kernel rate, FLOP/s, forward and backward
 };
 
-/// The preset names: "nvswitch", "mesh", "pcie", "cpu".
+/// The preset names: "nvswitch", "h100-nvswitch", "h200-nvswitch", "mesh", "pcie", "cpu".
 const std::vector<std::string>& cluster_preset_names();
+
+/// The networks that join nodes, per rank (one NIC each): "ib-400g" (400 Gb/s InfiniBand, 50 GB/s,
+/// 20 us per message), "ib-200g" (25 GB/s, 20 us), "roce-100g" (12.5 GB/s, 25 us), "ethernet-25g"
+/// (3 GB/s, 30 us: TCP between CPU hosts).
+const std::vector<std::string>& network_preset_names();
+
+/// A network of network_preset_names(); throws Error naming the networks for an unknown name.
+LinkCost network_preset(const std::string& name);
 
 /// A preset: one node of its kind, with the links that join such nodes (sized_cluster gives it
 /// more); throws Error naming the presets for an unknown name.
 ///   nvswitch: 8 GPUs on NVSwitch, 450 GB/s egress per GPU (H100/H200 NVLink 4), 10 us per
-///             message (the order of an NCCL send/recv launch and handshake); across nodes 50 GB/s
-///             per GPU (one 400 Gb/s InfiniBand NIC each), 20 us. Kernel 500 TFLOP/s: dense bf16
-///             attention on an H100 measured 500 to 630 (cuDNN and the own forward, bench/results).
+///             message (the order of an NCCL send/recv launch and handshake); across nodes ib-400g.
+///             Kernel 500 TFLOP/s: dense bf16 attention on an H100 measured 500 to 630 (cuDNN and
+///             the own forward, bench/results).
+///   h100-nvswitch: the same, named for its GPU.
+///   h200-nvswitch: the same links; kernel 550 TFLOP/s, the one rate fitted to 96 runs on 2 H200
+///             (bench/results/cost-model-calibration-2026-11-25.md).
 ///   mesh:     8 GPUs with a direct 64 GB/s link between every pair (MI300X xGMI style), 10 us;
-///             across nodes as nvswitch. Kernel 500 TFLOP/s.
-///   pcie:     8 GPUs behind a PCIe Gen5 switch, 25 GB/s per GPU, 15 us; across nodes 25 GB/s per
-///             GPU (one 200 Gb/s NIC each), 20 us. Kernel 400 TFLOP/s (PCIe cards clock lower).
+///             across nodes ib-400g. Kernel 500 TFLOP/s.
+///   pcie:     8 GPUs behind a PCIe Gen5 switch, 25 GB/s per GPU, 15 us; across nodes ib-200g.
+///             Kernel 400 TFLOP/s (PCIe cards clock lower).
 ///   cpu:      8 processes of one host over shared memory, 5 GB/s per rank, 2 us; across hosts
-///             25 Gb/s Ethernet, 3 GB/s per rank, 30 us. Kernel 0.05 TFLOP/s per rank (the CPU
-///             kernels ran at 120 GFLOP/s on 2 cores, bench/results/cpu-kernels-2026-11-22.txt).
+///             ethernet-25g. Kernel 0.05 TFLOP/s per rank (the CPU kernels ran at 120 GFLOP/s on
+///             2 cores, bench/results/cpu-kernels-2026-11-22.txt).
 Cluster cluster_preset(const std::string& name);
 
 /// `kind` (a preset, or one with its links changed) as `nodes` nodes of `ranks_per_node` ranks

@@ -162,7 +162,7 @@ class ExitStatus(unittest.TestCase):
         self.assertIn('"selection": "auto: 1 rank, local attention"', result.stdout)
         result = spattn(1, "run", "--algo", "auto", "--preset", "dgx")
         self.assertEqual(result.returncode, 2)
-        self.assertIn("--preset expects one of nvswitch, mesh, pcie, cpu, got 'dgx'", result.stderr)
+        self.assertIn("--preset expects one of nvswitch, h100-nvswitch, h200-nvswitch, mesh, pcie, cpu, got 'dgx'", result.stderr)
 
     @staticmethod
     def modelled(report):

@@ -79,6 +79,7 @@ TEST(PlanOptionsTest, EveryOptionWorksInBothForms) {
     add("--inter-bandwidth", "12.5");
     add("--latency", "7");
     add("--window", "256,0");
+    add("--network", "roce-100g");
     for (const char* flag : {"--causal", "--compare", "--json"}) arguments.push_back(flag);
     const PlanOptions options = parse_plan(arguments);
     EXPECT_EQ(options.algorithm, "hamilton2");
@@ -97,6 +98,7 @@ TEST(PlanOptionsTest, EveryOptionWorksInBothForms) {
     EXPECT_DOUBLE_EQ(*options.intra_bandwidth, 100);
     EXPECT_DOUBLE_EQ(*options.inter_bandwidth, 12.5);
     EXPECT_DOUBLE_EQ(*options.latency, 7);
+    EXPECT_EQ(options.network, "roce-100g");
     EXPECT_EQ(options.window_left, 256);
     EXPECT_EQ(options.window_right, 0);
     EXPECT_TRUE(options.causal);
@@ -114,10 +116,12 @@ TEST(PlanOptionsTest, BadValuesAreUsageErrors) {
   EXPECT_THAT(usage_error({"plan", "--nodes", "0"}), HasSubstr("--nodes expects a positive integer, got '0'"));
   EXPECT_THAT(usage_error({"plan", "--inner", "-2"}), HasSubstr("--inner expects a positive integer"));
   EXPECT_EQ(usage_error({"plan", "--preset", "dgx"}),
-            "spattn: --preset expects one of nvswitch, mesh, pcie, cpu, got 'dgx'");
+            "spattn: --preset expects one of nvswitch, h100-nvswitch, h200-nvswitch, mesh, pcie, cpu, got 'dgx'");
   for (const char* rate : {"0", "-5", "inf", "fast"})
     EXPECT_THAT(usage_error({"plan", "--tflops", rate}), HasSubstr("--tflops expects a finite number > 0"));
   EXPECT_THAT(usage_error({"plan", "--dtype", "fp8"}), HasSubstr("--dtype:"));
+  EXPECT_EQ(usage_error({"plan", "--network", "myrinet"}),
+            "spattn: --network expects one of ib-400g, ib-200g, roce-100g, ethernet-25g, got 'myrinet'");
   EXPECT_THAT(usage_error({"plan", "--window", "-2,1"}),
               HasSubstr("--window expects L,R with each an integer >= -1 (-1: unbounded)"));
   EXPECT_EQ(usage_error({"plan", "--scale", "1"}),
@@ -225,6 +229,12 @@ TEST(PlanCommandTest, CompareListsEveryStrategyAndWhyOneDoesNotApply) {
                     HasSubstr("\"forward_backward_s\": "), Not(HasSubstr("inf")), Not(HasSubstr("nan"))));
   // --tflops replaces the preset's kernel rate.
   EXPECT_THAT(plan({"--compare", "--tflops", "250"}), HasSubstr("kernel 250 TFLOP/s"));
+  // --network replaces the preset's links across nodes; --inter-bandwidth still overrides it.
+  EXPECT_THAT(plan({"--compare", "--preset", "h200-nvswitch", "--network", "roce-100g", "--ranks", "16"}),
+              HasSubstr("model of 16 ranks on h200-nvswitch (2 nodes of 8 ranks; within a node a switch, 450 GB/s "
+                        "per rank, 10 us per message; across nodes 12.5 GB/s per rank, 25 us per message; kernel 550"));
+  EXPECT_THAT(plan({"--compare", "--network", "roce-100g", "--inter-bandwidth", "40", "--ranks", "16"}),
+              HasSubstr("across nodes 40 GB/s per rank, 25 us per message"));
 }
 
 TEST(PlanCommandTest, ClustersOfAnySize) {

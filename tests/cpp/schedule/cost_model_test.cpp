@@ -474,7 +474,7 @@ TEST(CostModel, TimesGrowWithTheSequence) {
 }
 
 TEST(CostModel, PresetsAndComparisonOrder) {
-  EXPECT_EQ(cluster_preset_names(), (std::vector<std::string>{"nvswitch", "mesh", "pcie", "cpu"}));
+  EXPECT_EQ(cluster_preset_names(), (std::vector<std::string>{"nvswitch", "h100-nvswitch", "h200-nvswitch", "mesh", "pcie", "cpu"}));
   for (const std::string& name : cluster_preset_names()) {
     const Cluster preset = cluster_preset(name);
     EXPECT_EQ(preset.nodes, 1) << name;
@@ -502,8 +502,23 @@ TEST(CostModel, PresetsAndComparisonOrder) {
     cluster_preset("torus");
     ADD_FAILURE() << "no Error";
   } catch (const Error& error) {
-    EXPECT_THAT(error.what(), HasSubstr("unknown cluster preset 'torus'; allowed: nvswitch, mesh, pcie, cpu"));
+    EXPECT_THAT(error.what(),
+                HasSubstr("unknown cluster preset 'torus'; allowed: nvswitch, h100-nvswitch, h200-nvswitch, mesh, pcie, cpu"));
   }
+  // The GPU-named presets: NVLink 4 and 400G InfiniBand alike, H200 with its fitted kernel rate.
+  const Cluster h100 = cluster_preset("h100-nvswitch"), h200 = cluster_preset("h200-nvswitch");
+  EXPECT_DOUBLE_EQ(h100.within_node.bandwidth, 450e9);
+  EXPECT_DOUBLE_EQ(h200.within_node.bandwidth, 450e9);
+  EXPECT_DOUBLE_EQ(h100.kernel_flops, 500e12);
+  EXPECT_DOUBLE_EQ(h200.kernel_flops, 550e12);
+  // Networks across nodes: each preset's is one of them.
+  EXPECT_DOUBLE_EQ(network_preset("ib-400g").bandwidth, cluster_preset("nvswitch").across_nodes.bandwidth);
+  EXPECT_DOUBLE_EQ(network_preset("ib-200g").bandwidth, cluster_preset("pcie").across_nodes.bandwidth);
+  EXPECT_DOUBLE_EQ(network_preset("ethernet-25g").latency, cluster_preset("cpu").across_nodes.latency);
+  EXPECT_DOUBLE_EQ(network_preset("roce-100g").bandwidth, 12.5e9);
+  EXPECT_THAT([] { network_preset("myrinet"); },
+              ::testing::ThrowsMessage<Error>(
+                  HasSubstr("unknown network 'myrinet'; allowed: ib-400g, ib-200g, roce-100g, ethernet-25g")));
   const std::vector<StrategyCost> costs = compare_strategies(two_node, llm_shape(8192, 16), 16, mask_of(true));
   ASSERT_EQ(costs.size(), all_algorithms().size());
   for (std::size_t i = 0; i < costs.size(); ++i) EXPECT_EQ(costs[i].algorithm, all_algorithms()[i]);
