@@ -287,9 +287,9 @@ const OptionTable<PlanOptions>& plan_option_table() {
       {{"--algo", "NAME",
         "schedule to show: " + algorithm_list(rotation_algorithms()) + " (default " + defaults.algorithm + ")",
         [](PlanOptions& options, const std::string& value) { parse_plan_algorithm(options, value); }},
-       {"--ranks", "N", "ranks, at least 2 (default: every rank of --nodes, or one node)",
+       {"--ranks", "N", "ranks, 1 or more (default: every rank of --nodes, or one node)",
         [](PlanOptions& options, const std::string& value) {
-          options.ranks = parse_integer<int>("--ranks", value, 2, "an integer >= 2");
+          options.ranks = parse_integer<int>("--ranks", value, 1, "an integer >= 1");
         }},
        {"--nodes", "U", "nodes of the cluster, ranks filling them in order; hamilton2 groups by them (default: as many "
                         "as N needs)",

@@ -83,6 +83,11 @@ std::string shape_summary(const PlanCase& plan) {
 }
 
 std::string json_value(int64_t value) { return std::to_string(value); }
+
+// "1 rank", "8 ranks".
+std::string count_of(int64_t count, const std::string& thing) {
+  return std::to_string(count) + " " + thing + (count == 1 ? "" : "s");
+}
 std::string json_value(int value) { return std::to_string(value); }
 std::string json_value(bool value) { return value ? "true" : "false"; }
 std::string json_value(double value) {
@@ -214,9 +219,10 @@ std::string schedule_text(const PlanOptions& options) {
          << ", \"not_applicable\": " << (cost.applies() ? "null" : json_string(cost.not_applicable)) << "}";
     return text.str();
   }
-  text << options.algorithm << " on " << plan.ranks << " ranks";
+  text << options.algorithm << " on " << count_of(plan.ranks, "rank");
   if (algorithm == Algorithm::hamilton2) {
-    text << " (" << plan.strategy_options.nodes << " nodes of " << plan.ranks / plan.strategy_options.nodes << ")";
+    text << " (" << count_of(plan.strategy_options.nodes, "node") << " of " << plan.ranks / plan.strategy_options.nodes
+         << ")";
   }
   text << ": " << schedule.slots() << (schedule.slots() == 1 ? " cycle" : " cycles") << ", one K,V slot per cycle\n"
        << "cycles (slot c moves one hop along cycle c at every step):\n";
@@ -294,7 +300,7 @@ std::string comparison_json(const PlanCase& plan, const std::vector<StrategyCost
 
 std::string comparison_table(const PlanCase& plan, const std::vector<StrategyCost>& costs) {
   std::ostringstream text;
-  text << "model of " << plan.ranks << " ranks on " << plan.cluster.name << " (" << cluster_summary(plan.cluster)
+  text << "model of " << count_of(plan.ranks, "rank") << " on " << plan.cluster.name << " (" << cluster_summary(plan.cluster)
        << ")\n"
        << shape_summary(plan) << "\n"
        << "per rank and forward step: a rotation step (ring, zigzag, hamilton, hamilton2, usp's ring), or the\n"

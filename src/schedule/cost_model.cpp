@@ -531,7 +531,7 @@ const std::vector<Algorithm>& rotation_algorithms() {
 
 StrategyCost strategy_cost(const Cluster& cluster, const AttentionShape& shape, int ranks,
                            const AttentionOptions& attention, Algorithm algorithm, const StrategyOptions& strategy_options) {
-  SPATTN_CHECK(ranks >= 2, "the cost model needs at least 2 ranks, got " << ranks);
+  SPATTN_CHECK(ranks >= 1, "the cost model needs at least 1 rank, got " << ranks);
   check_ranks_fit(cluster, ranks);
   SPATTN_CHECK(shape.batch > 0 && shape.seq > 0 && shape.heads > 0 && shape.kv_heads > 0 && shape.head_dim > 0,
                "every size of the shape must be positive");

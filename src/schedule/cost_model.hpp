@@ -152,10 +152,10 @@ struct StrategyCost {
 /// The algorithms that rotate along cycles: ring, zigzag, hamilton, hamilton2.
 const std::vector<Algorithm>& rotation_algorithms();
 
-/// The cost of `algorithm` on `ranks` ranks (at least 2) of `cluster`. A case the strategy cannot
-/// run gives not_applicable, strategy_error's message (schedule/strategy_rules.hpp), which is
-/// what constructing the plan refuses with; an invalid shape, or more ranks than the cluster has,
-/// throw Error.
+/// The cost of `algorithm` on `ranks` ranks (1 or more; on one rank every strategy is local
+/// attention) of `cluster`. A case the strategy cannot run gives not_applicable, strategy_error's
+/// message (schedule/strategy_rules.hpp), which is what constructing the plan refuses with; an
+/// invalid shape, or more ranks than the cluster has, throw Error.
 /// strategy_options.nodes: hamilton2's node count; .inner: usp's Ulysses degree, chosen and
 /// refused as `spattn run` does (schedule/ulysses_degree.hpp). Ulysses gives a rank the kv heads
 /// its query heads read, replicated when fewer kv heads than ranks.

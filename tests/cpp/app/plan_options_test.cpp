@@ -111,7 +111,7 @@ TEST(PlanOptionsTest, BadValuesAreUsageErrors) {
   EXPECT_EQ(usage_error({"plan", "--algo", "ulysses"}),
             "spattn: --algo expects a rotation schedule: ring, zigzag, hamilton, hamilton2 (--compare shows every "
             "strategy), got 'ulysses'");
-  EXPECT_EQ(usage_error({"plan", "--ranks", "1"}), "spattn: --ranks expects an integer >= 2, got '1'");
+  EXPECT_EQ(usage_error({"plan", "--ranks", "0"}), "spattn: --ranks expects an integer >= 1, got '0'");
   EXPECT_THAT(usage_error({"plan", "--ranks", "eight"}), HasSubstr("got 'eight'"));
   EXPECT_THAT(usage_error({"plan", "--nodes", "0"}), HasSubstr("--nodes expects a positive integer, got '0'"));
   EXPECT_THAT(usage_error({"plan", "--inner", "-2"}), HasSubstr("--inner expects a positive integer"));
@@ -229,6 +229,12 @@ TEST(PlanCommandTest, CompareListsEveryStrategyAndWhyOneDoesNotApply) {
                     HasSubstr("\"forward_backward_s\": "), Not(HasSubstr("inf")), Not(HasSubstr("nan"))));
   // --tflops replaces the preset's kernel rate.
   EXPECT_THAT(plan({"--compare", "--tflops", "250"}), HasSubstr("kernel 250 TFLOP/s"));
+  // One rank: every strategy is the same local attention, with nothing to send.
+  const std::string one = plan({"--compare", "--ranks", "1"});
+  EXPECT_THAT(one, HasSubstr("model of 1 rank on nvswitch (1 node of 8 ranks"));
+  for (Algorithm algorithm : all_algorithms())
+    EXPECT_THAT(one, HasSubstr("\n" + (algorithm_name(algorithm) + "          ").substr(0, 11) + "1      0 B"));
+  EXPECT_THAT(plan({"--algo", "hamilton", "--ranks", "1"}), HasSubstr("hamilton on 1 rank: 1 cycle"));
   // --network replaces the preset's links across nodes; --inter-bandwidth still overrides it.
   EXPECT_THAT(plan({"--compare", "--preset", "h200-nvswitch", "--network", "roce-100g", "--ranks", "16"}),
               HasSubstr("model of 16 ranks on h200-nvswitch (2 nodes of 8 ranks; within a node a switch, 450 GB/s "

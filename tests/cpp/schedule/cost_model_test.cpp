@@ -389,7 +389,15 @@ TEST(CostModel, StrategiesThatCannotRunSayWhy) {
             ulysses_degree_error(16, 16, few_heads));
   // Invalid input throws rather than reporting n/a.
   EXPECT_THROW(cost_of(Algorithm::ring, nvswitch, llm_shape(8192, 16), 16), Error);
-  EXPECT_THROW(cost_of(Algorithm::ring, nvswitch, llm_shape(8192, 1), 1), Error);
+  EXPECT_THROW(cost_of(Algorithm::ring, nvswitch, llm_shape(8192, 1), 0), Error);
+  // One rank: local attention, nothing sent, the same time for every strategy.
+  const StrategyCost alone = cost_of(Algorithm::ring, nvswitch, llm_shape(8192, 1), 1);
+  for (Algorithm algorithm : all_algorithms()) {
+    const StrategyCost cost = cost_of(algorithm, nvswitch, llm_shape(8192, 1), 1);
+    ASSERT_TRUE(cost.applies()) << algorithm_name(algorithm) << ": " << cost.not_applicable;
+    EXPECT_DOUBLE_EQ(cost.forward_backward_seconds, alone.forward_backward_seconds) << algorithm_name(algorithm);
+    EXPECT_EQ(cost.forward_backward_exposed_seconds, 0) << algorithm_name(algorithm);
+  }
   AttentionShape bad_heads = llm_shape(8192, 8);
   bad_heads.kv_heads = 5;
   EXPECT_THROW(cost_of(Algorithm::ring, nvswitch, bad_heads, 8), Error);
