@@ -306,6 +306,37 @@ class CostModelComparison(unittest.TestCase):
             self.assertAlmostEqual(float(cells[9]), measured / predicted[algorithm], places=2)
 
 
+class PlanJson(unittest.TestCase):
+    """`spattn plan --json` is valid JSON up to 1024 ranks: the Hamiltonian schedule (its cycles
+    visit every rank once, its out mapping sends one slot to every other rank) and the model of
+    every strategy under a sliding window."""
+
+    def plan(self, *arguments):
+        result = subprocess.run([SPATTN, "plan", *arguments, "--json"], capture_output=True, text=True, env=ENV,
+                                timeout=300)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        return json.loads(result.stdout)
+
+    def test_hamilton_at_1024_ranks(self):
+        schedule = self.plan("--algo", "hamilton", "--ranks", "1024", "--seq", str(2 * 1024 * 1023))
+        self.assertEqual(len(schedule["cycles"]), 1023)
+        for cycle in schedule["cycles"]:
+            self.assertEqual(sorted(cycle), list(range(1024)))
+        for rank, row in enumerate(schedule["out_mapping"]):
+            self.assertEqual(sorted(slot for slot in row if slot >= 0), list(range(1023)), rank)
+
+    def test_every_strategy_modelled_at_1024_ranks_with_a_window(self):
+        model = self.plan("--compare", "--ranks", "1024", "--causal", "--window", "65536,0", "--seq", str(2 * 1024 * 1023))
+        strategies = {entry["algo"]: entry for entry in model["strategies"]}
+        self.assertEqual(model["window"], [65536, 0])
+        self.assertEqual(model["cluster"]["nodes"], 128)
+        for name in ("ring", "zigzag", "hamilton", "allgather", "usp"):
+            self.assertIsNone(strategies[name]["not_applicable"], name)
+            self.assertGreater(strategies[name]["forward_backward_s"], 0, name)
+            self.assertGreaterEqual(strategies[name]["forward_backward_exposed_transfer_s"], 0, name)
+        self.assertIn("divisible by ranks (1024)", strategies["ulysses"]["not_applicable"])
+
+
 class KernelBenchTable(unittest.TestCase):
     """bench/plot_kernel_results.py tabulates the kernel benchmark's CSV: one row per case, the
     kernels' rates and the own kernel's ratios to cuDNN and to PyTorch's flash backend."""
