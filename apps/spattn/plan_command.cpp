@@ -82,12 +82,12 @@ std::string shape_summary(const PlanCase& plan) {
   return text.str();
 }
 
-std::string json_value(int64_t value) { return std::to_string(value); }
-
 // "1 rank", "8 ranks".
 std::string count_of(int64_t count, const std::string& thing) {
   return std::to_string(count) + " " + thing + (count == 1 ? "" : "s");
 }
+
+std::string json_value(int64_t value) { return std::to_string(value); }
 std::string json_value(int value) { return std::to_string(value); }
 std::string json_value(bool value) { return value ? "true" : "false"; }
 std::string json_value(double value) {

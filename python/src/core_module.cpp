@@ -163,10 +163,8 @@ std::vector<std::tuple<std::string, std::string, double, double, std::string>> e
   attention.window_left = window_left;
   attention.window_right = window_right;
   std::vector<StrategyCost> costs = compare_strategies(cluster, shape, ranks, attention, options);
-  std::stable_sort(costs.begin(), costs.end(), [](const StrategyCost& a, const StrategyCost& b) {
-    if (a.applies() != b.applies()) return a.applies();
-    return a.forward_backward_seconds < b.forward_backward_seconds;
-  });
+  std::stable_sort(costs.begin(), costs.end(),
+                   [](const StrategyCost& a, const StrategyCost& b) { return modelled_faster(a, b, true); });
   std::vector<std::tuple<std::string, std::string, double, double, std::string>> result;
   for (const StrategyCost& cost : costs)
     result.emplace_back(algorithm_name(cost.algorithm), cost.configuration, cost.forward_seconds,

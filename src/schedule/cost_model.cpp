@@ -1,7 +1,6 @@
 #include "schedule/cost_model.hpp"
 
 #include <algorithm>
-#include <functional>
 #include <sstream>
 
 #include "schedule/rotation_schedule.hpp"
@@ -32,6 +31,13 @@ Cluster preset_node(const std::string& name, LinkCost within_node, bool full_mes
   cluster.across_nodes = across_nodes;
   cluster.kernel_flops = kernel_flops;
   return cluster;
+}
+
+// "a, b, c": the names a preset lookup allows.
+std::string comma_separated(const std::vector<std::string>& names) {
+  std::string list;
+  for (const std::string& name : names) list += (list.empty() ? "" : ", ") + name;
+  return list;
 }
 
 // The links that join nodes, per rank, in network_preset_names() order.
@@ -225,35 +231,49 @@ struct Problem {
   double pairs_flop(int64_t heads, double pairs) const {
     return 4.0 * static_cast<double>(shape.batch * heads * shape.head_dim) * pairs;
   }
-  // The visible pairs of the slowest rank at each step of a rotation of `layout` along `schedule`.
-  std::vector<double> slowest_rank_pairs(const SequenceLayout& layout, const CycleSchedule& schedule) const {
-    std::vector<double> slowest;
-    for (const std::vector<int64_t>& step : rotation_visible_pairs(layout, schedule, mask))
-      slowest.push_back(static_cast<double>(*std::max_element(step.begin(), step.end())));
-    return slowest;
-  }
   double seconds(double flop) const { return flop / cluster.kernel_flops; }
 };
+
+// Forward FLOP of each step of `algorithm` rotating along `schedule` over its members (the ranks,
+// or usp's groups; `nodes` for hamilton2), `heads` heads per member: the closed forms without a
+// window, else the visible pairs of each step's slowest member in the algorithm's layout.
+std::vector<double> rotation_step_flops(const Problem& problem, Algorithm algorithm, const CycleSchedule& schedule,
+                                        int nodes, int64_t heads) {
+  const int members = schedule.ranks();
+  std::vector<double> flops;
+  if (problem.windowed()) {
+    const SequenceLayout layout(rotation_form(algorithm, members, problem.causal, nodes).layout, problem.shape.seq,
+                                members);
+    for (const std::vector<int64_t>& step : rotation_visible_pairs(layout, schedule, problem.mask))
+      flops.push_back(problem.pairs_flop(heads, static_cast<double>(*std::max_element(step.begin(), step.end()))));
+  } else {
+    const int64_t tokens = problem.shape.seq / members;
+    for (int step = 0; step < members; ++step)
+      flops.push_back(problem.flop(heads, tokens, tokens, rotation_step_halved(algorithm, problem.causal, step)));
+  }
+  return flops;
+}
 
 // Forward: compute on the held K,V while the next step's K,V travel; K,V move after every step but
 // the last. Backward, as src/strategies/rotation_attention.cpp runs it: K,V rotate again, and the
 // dK,dV accumulators of step s follow one hop behind during step s + 1, the last hop (to their
 // owner, in the input dtype) after the last step.
-void add_rotation_passes(StrategyCost& cost, const Problem& problem, int steps,
-                         const std::function<double(int step)>& forward_flop, const StepTraffic& kv,
-                         const StepTraffic& kv_gradient) {
+void add_rotation_passes(StrategyCost& cost, const Problem& problem, const std::vector<double>& forward_flops,
+                         const StepTraffic& kv, const StepTraffic& kv_gradient) {
+  const int steps = static_cast<int>(forward_flops.size());
   const Transfer kv_transfer = step_transfer(problem.cluster, kv);
   const Transfer gradient_transfer = step_transfer(problem.cluster, kv_gradient);
   const Transfer both_transfer = step_transfer(problem.cluster, combined(kv, kv_gradient));
   for (int step = 0; step < steps; ++step) {
     const bool sends_kv = step + 1 < steps;
-    append_step(cost.forward, {sends_kv ? "K,V" : "none", 1, problem.seconds(forward_flop(step)),
-                               sends_kv ? kv_transfer : Transfer{}, true});
+    const double compute = problem.seconds(forward_flops[static_cast<std::size_t>(step)]);
+    append_step(cost.forward, {sends_kv ? "K,V" : "none", 1, compute, sends_kv ? kv_transfer : Transfer{}, true});
   }
   for (int step = 0; step < steps; ++step) {
     const bool sends_kv = step + 1 < steps;
     const bool sends_gradient = step > 0;
-    StepCost backward{"none", 1, problem.seconds(kBackwardFlopRatio * forward_flop(step)), Transfer{}, true};
+    StepCost backward{"none", 1, problem.seconds(kBackwardFlopRatio * forward_flops[static_cast<std::size_t>(step)]),
+                      Transfer{}, true};
     if (sends_kv && sends_gradient) {
       backward.what = "K,V + dK,dV";
       backward.transfer = both_transfer;
@@ -289,20 +309,11 @@ void cost_rotation(StrategyCost& cost, const Problem& problem, const StrategyOpt
     cost.configuration += ", m = " + std::to_string(slots) + " ranks x u = " + std::to_string(options.nodes) + " nodes";
   }
 
-  const int64_t tokens = problem.tokens_per_rank();
   const StepTraffic kv = rotation_traffic(schedule, kv_slot_bytes(problem.shape, ranks, slots, problem.shape.dtype));
   const StepTraffic kv_gradient = rotation_traffic(schedule, kv_slot_bytes(problem.shape, ranks, slots, DType::f32));
-  std::vector<double> window_pairs;
-  if (problem.windowed()) {
-    const SequenceLayout layout(rotation_form(algorithm, ranks, problem.causal, options.nodes).layout,
-                                problem.shape.seq, ranks);
-    window_pairs = problem.slowest_rank_pairs(layout, schedule);
-  }
-  const auto forward_flop = [&](int step) {
-    if (problem.windowed()) return problem.pairs_flop(problem.shape.heads, window_pairs[static_cast<std::size_t>(step)]);
-    return problem.flop(problem.shape.heads, tokens, tokens, rotation_step_halved(algorithm, problem.causal, step));
-  };
-  add_rotation_passes(cost, problem, ranks, forward_flop, kv, kv_gradient);
+  const std::vector<double> flops =
+      rotation_step_flops(problem, algorithm, schedule, options.nodes, problem.shape.heads);
+  add_rotation_passes(cost, problem, flops, kv, kv_gradient);
 }
 
 void cost_ulysses(StrategyCost& cost, const Problem& problem) {
@@ -390,17 +401,8 @@ void cost_usp(StrategyCost& cost, const Problem& problem, const StrategyOptions&
                      group_all_to_all(ranks, inner, {q_part, kv_part, kv_part}));
   add_transfer_phase(cost.backward, problem, "all-to-all q,k,v,out,dout,lse",
                      group_all_to_all(ranks, inner, {q_part, kv_part, kv_part, q_part, q_part, lse_part}));
-  std::vector<double> window_pairs;
-  if (problem.windowed()) {
-    const SequenceLayout group_layout(rotation_form(options.across, groups, problem.causal, 1).layout, shape.seq, groups);
-    window_pairs = problem.slowest_rank_pairs(group_layout, over_groups);
-  }
-  const auto forward_flop = [&](int step) {
-    if (problem.windowed()) return problem.pairs_flop(heads, window_pairs[static_cast<std::size_t>(step)]);
-    return problem.flop(heads, group_tokens, group_tokens, rotation_step_halved(options.across, problem.causal, step));
-  };
   const int64_t slot_tokens = group_tokens / slots;
-  add_rotation_passes(cost, problem, groups, forward_flop,
+  add_rotation_passes(cost, problem, rotation_step_flops(problem, options.across, over_groups, 1, heads),
                       grouped_rotation_traffic(over_groups, inner, 2 * problem.bytes(slot_tokens, kv_heads, e)),
                       grouped_rotation_traffic(over_groups, inner, 2 * problem.bytes(slot_tokens, kv_heads, kFp32Bytes)));
   add_transfer_phase(cost.forward, problem, "all-to-all out,lse", group_all_to_all(ranks, inner, {q_part, lse_part}));
@@ -422,9 +424,7 @@ const std::vector<std::string>& cluster_preset_names() {
 Cluster cluster_preset(const std::string& name) {
   for (const Cluster& preset : presets())
     if (preset.name == name) return preset;
-  std::string allowed;
-  for (const std::string& preset : cluster_preset_names()) allowed += (allowed.empty() ? "" : ", ") + preset;
-  SPATTN_FAIL("unknown cluster preset '" << name << "'; allowed: " << allowed);
+  SPATTN_FAIL("unknown cluster preset '" << name << "'; allowed: " << comma_separated(cluster_preset_names()));
 }
 
 Cluster sized_cluster(const Cluster& kind, int ranks, int nodes, int ranks_per_node) {
@@ -450,9 +450,7 @@ const std::vector<std::string>& network_preset_names() {
 LinkCost network_preset(const std::string& name) {
   for (const auto& [preset, link] : networks())
     if (preset == name) return link;
-  std::string allowed;
-  for (const std::string& preset : network_preset_names()) allowed += (allowed.empty() ? "" : ", ") + preset;
-  SPATTN_FAIL("unknown network '" << name << "'; allowed: " << allowed);
+  SPATTN_FAIL("unknown network '" << name << "'; allowed: " << comma_separated(network_preset_names()));
 }
 
 std::string cluster_summary(const Cluster& cluster) {
@@ -567,20 +565,22 @@ StrategyCost strategy_cost(const Cluster& cluster, const AttentionShape& shape, 
   return cost;
 }
 
+bool modelled_faster(const StrategyCost& a, const StrategyCost& b, bool with_backward) {
+  if (a.applies() != b.applies()) return a.applies();
+  return with_backward ? a.forward_backward_seconds < b.forward_backward_seconds
+                       : a.forward_seconds < b.forward_seconds;
+}
+
 const StrategyCost& fastest_strategy(const std::vector<StrategyCost>& costs, bool with_backward) {
-  const StrategyCost* fastest = nullptr;
-  std::ostringstream reasons;
-  for (const StrategyCost& cost : costs) {
-    if (!cost.applies()) {
+  const auto fastest = std::min_element(costs.begin(), costs.end(), [with_backward](const auto& a, const auto& b) {
+    return modelled_faster(a, b, with_backward);
+  });
+  if (fastest == costs.end() || !fastest->applies()) {
+    std::ostringstream reasons;
+    for (const StrategyCost& cost : costs)
       reasons << "; " << algorithm_name(cost.algorithm) << ": " << cost.not_applicable;
-      continue;
-    }
-    const auto seconds = [with_backward](const StrategyCost& c) {
-      return with_backward ? c.forward_backward_seconds : c.forward_seconds;
-    };
-    if (fastest == nullptr || seconds(cost) < seconds(*fastest)) fastest = &cost;
+    SPATTN_FAIL("no strategy runs this case" << reasons.str());
   }
-  SPATTN_CHECK(fastest != nullptr, "no strategy runs this case" << reasons.str());
   return *fastest;
 }
 

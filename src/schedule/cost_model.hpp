@@ -165,9 +165,13 @@ StrategyCost strategy_cost(const Cluster& cluster, const AttentionShape& shape, 
                            const AttentionOptions& attention, Algorithm algorithm,
                            const StrategyOptions& strategy_options = {});
 
-/// The strategy of `costs` that the model expects fastest among those that apply (forward and
-/// backward together, or forward alone), the earliest on a tie; throws Error listing why each
-/// one cannot run when none can.
+/// Whether the model expects `a` to run faster than `b` (forward and backward together, or forward
+/// alone); a strategy that applies runs faster than one that does not.
+bool modelled_faster(const StrategyCost& a, const StrategyCost& b, bool with_backward);
+
+/// The strategy of `costs` that the model expects fastest among those that apply
+/// (modelled_faster), the earliest on a tie; throws Error listing why each one cannot run when
+/// none can.
 const StrategyCost& fastest_strategy(const std::vector<StrategyCost>& costs, bool with_backward);
 
 /// strategy_cost of every algorithm, in all_algorithms() order.
