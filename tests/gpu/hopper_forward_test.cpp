@@ -3,8 +3,9 @@
 // global positions, query and key counts that are not multiples of a tile, segments with gaps
 // and out of order, more segments than one launch takes, accumulation onto a running result,
 // rows that see no key, long key tiles under masks, GQA 1:1 to 8:1, batch 1 and 3, head dims 64
-// and 128, bf16 and fp16, final_out, bad blocks, and a larger block run four times for identical
-// bits (twice on one stream, once on another, once from a CUDA graph). Outputs are NaN-poisoned
+// and 128, bf16 and fp16, final_out, bad blocks, a larger block run four times for identical
+// bits (twice on one stream, once on another, once from a CUDA graph), and a block without a mask
+// of more query tiles than the GPU runs at once, accumulated. Outputs are NaN-poisoned
 // before every run so that unwritten elements show. Where the GPU or the build has no own
 // forward, every test says why and skips.
 //
@@ -289,45 +290,81 @@ TEST_F(HopperForward, FinalOutIsTheResultRoundedOnce) {
 }
 
 TEST_F(HopperForward, LargerBlockIsAccurateAndDeterministic) {
-  const BlockCase c{"causal: q 600 at 700 vs 500 at 0, 500 at 500, 500 at 1000 (16 heads, 4 kv heads)", 600, 700,
+  const BlockCase c{"causal: q 900 at 700 vs 500 at 0, 500 at 500, 500 at 1000 (16 heads, 4 kv heads)", 900, 700,
                     {{500, 0}, {500, 500}, {500, 1000}}, kCausal, 2, 16, 4};
-  const std::string reason = unsupported(DType::bf16, 128);
-  if (!reason.empty()) GTEST_SKIP() << reason;
-  const float scale = 1.0f / std::sqrt(128.0f);
-  const BlockProblem p = make_problem(c, DType::bf16, 128, scale, generator_, false);
-  // 160 query tiles, more than an H100's 132 multiprocessors: the causal mask's tile counter hands
-  // them out, and each launch must find it reset by the one before on its stream. The same bits
-  // again, on a second stream (its own counter), and from a CUDA graph (captured launches take
-  // the static schedule: a graph may be replayed on any stream).
-  DeviceBlock first(*gpu_, p, c, 128, scale), second(*gpu_, p, c, 128, scale), third(*gpu_, p, c, 128, scale),
-      fourth(*gpu_, p, c, 128, scale);
-  run_own(first);
-  run_own(second);
-  cudaStream_t other = nullptr;
-  ASSERT_EQ(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking), cudaSuccess);
-  ASSERT_EQ(cudaStreamSynchronize(gpu_->stream()), cudaSuccess);  // the inputs are uploaded
-  cuda::hopper::QueryTileCounter other_counter;
-  cuda::hopper_forward(third.block, other, other_counter.data());
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t replay = nullptr;
-  ASSERT_EQ(cudaStreamBeginCapture(other, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-  cuda::hopper_forward(fourth.block, other, other_counter.data());
-  ASSERT_EQ(cudaStreamEndCapture(other, &graph), cudaSuccess);
-  ASSERT_EQ(cudaGraphInstantiate(&replay, graph, 0), cudaSuccess);
-  ASSERT_EQ(cudaGraphLaunch(replay, other), cudaSuccess);
-  ASSERT_EQ(cudaStreamSynchronize(other), cudaSuccess);
-  ASSERT_EQ(cudaGraphExecDestroy(replay), cudaSuccess);
-  ASSERT_EQ(cudaGraphDestroy(graph), cudaSuccess);
-  ASSERT_EQ(cudaStreamDestroy(other), cudaSuccess);
-  const HostTensor out = first.out->download(), lse = first.lse->download();
-  expect_near_reference(p.out, out, 2e-2, "out vs fp64");
-  expect_near_reference(p.lse, lse, 1e-3, "lse vs fp64");
-  expect_identical(out, second.out->download(), "out of a second run");
-  expect_identical(lse, second.lse->download(), "lse of a second run");
-  expect_identical(out, third.out->download(), "out of a run on another stream");
-  expect_identical(lse, third.lse->download(), "lse of a run on another stream");
-  expect_identical(out, fourth.out->download(), "out of a run from a CUDA graph");
-  expect_identical(lse, fourth.lse->download(), "lse of a run from a CUDA graph");
+  for (const int64_t head_dim : {64, 128}) {
+    const std::string reason = unsupported(DType::bf16, head_dim);
+    if (!reason.empty()) GTEST_SKIP() << reason;
+    SCOPED_TRACE("head_dim " + std::to_string(head_dim));
+    const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+    const BlockProblem p = make_problem(c, DType::bf16, head_dim, scale, generator_, false);
+    // 256 query tiles at head dim 128, 160 at 64 (192-row tiles), more than an H100's 132
+    // multiprocessors: the causal mask's tile counter hands them out, and each launch must find it
+    // reset by the one before on its stream. The same bits again, on a second stream (its own
+    // counter), and from a CUDA graph (captured launches take the static schedule: a graph may be
+    // replayed on any stream).
+    DeviceBlock first(*gpu_, p, c, head_dim, scale), second(*gpu_, p, c, head_dim, scale),
+        third(*gpu_, p, c, head_dim, scale), fourth(*gpu_, p, c, head_dim, scale);
+    run_own(first);
+    run_own(second);
+    cudaStream_t other = nullptr;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(gpu_->stream()), cudaSuccess);  // the inputs are uploaded
+    cuda::hopper::QueryTileCounter other_counter;
+    cuda::hopper_forward(third.block, other, other_counter.data());
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t replay = nullptr;
+    ASSERT_EQ(cudaStreamBeginCapture(other, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    cuda::hopper_forward(fourth.block, other, other_counter.data());
+    ASSERT_EQ(cudaStreamEndCapture(other, &graph), cudaSuccess);
+    ASSERT_EQ(cudaGraphInstantiate(&replay, graph, 0), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(replay, other), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(other), cudaSuccess);
+    ASSERT_EQ(cudaGraphExecDestroy(replay), cudaSuccess);
+    ASSERT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+    ASSERT_EQ(cudaStreamDestroy(other), cudaSuccess);
+    const HostTensor out = first.out->download(), lse = first.lse->download();
+    expect_near_reference(p.out, out, 2e-2, "out vs fp64");
+    expect_near_reference(p.lse, lse, 1e-3, "lse vs fp64");
+    expect_identical(out, second.out->download(), "out of a second run");
+    expect_identical(lse, second.lse->download(), "lse of a second run");
+    expect_identical(out, third.out->download(), "out of a run on another stream");
+    expect_identical(lse, third.lse->download(), "lse of a run on another stream");
+    expect_identical(out, fourth.out->download(), "out of a run from a CUDA graph");
+    expect_identical(lse, fourth.lse->download(), "lse of a run from a CUDA graph");
+  }
+}
+
+TEST_F(HopperForward, NoMaskShortKeyTilesAndRepeatedVisits) {
+  // Without a mask: segments whose last key tile holds 50 keys or a part of a tile, GQA and
+  // batches; then more query tiles than the GPU runs at once (every CTA visits several), accumulated
+  // onto a first launch's result, and the same bits on a second run.
+  check_all({"no mask: q 500 at 1000 vs 50 at 0, 333 at 200 and 700 at 1500", 500, 1000,
+             {{50, 0}, {333, 200}, {700, 1500}}, kNoMask, 3, 8, 2});
+  const BlockCase c{"no mask: q 1000 at 0 vs 700 at 0 and 640 at 700 (batch 2, 16 heads, 4 kv heads)", 1000, 0,
+                    {{700, 0}, {640, 700}}, kNoMask, 2, 16, 4};
+  for (const int64_t head_dim : {64, 128}) {
+    const std::string reason = unsupported(DType::bf16, head_dim);
+    if (!reason.empty()) GTEST_SKIP() << reason;
+    SCOPED_TRACE("head_dim " + std::to_string(head_dim));
+    const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+    const BlockProblem p = make_problem(c, DType::bf16, head_dim, scale, generator_, false);
+    DeviceBlock first(*gpu_, p, c, head_dim, scale);
+    first.block.segments.resize(1);
+    run_own(first);
+    const HostTensor running_out = first.out->download(), running_lse = first.lse->download();
+    DeviceBlock accumulated(*gpu_, p, c, head_dim, scale, &running_out, &running_lse),
+        again(*gpu_, p, c, head_dim, scale, &running_out, &running_lse);
+    accumulated.block.segments.erase(accumulated.block.segments.begin());
+    again.block.segments.erase(again.block.segments.begin());
+    run_own(accumulated);
+    run_own(again);
+    const HostTensor out = accumulated.out->download(), lse = accumulated.lse->download();
+    expect_near_reference(p.out, out, 2e-2, "accumulated out vs fp64");
+    expect_near_reference(p.lse, lse, 1e-3, "accumulated lse vs fp64");
+    expect_identical(out, again.out->download(), "out of a second run");
+    expect_identical(lse, again.lse->download(), "lse of a second run");
+  }
 }
 
 TEST_F(HopperForward, BadBlocksAreRefusedWithTheReason) {

@@ -42,20 +42,27 @@ template <DType kDType>
 using ElementOf = std::conditional_t<kDType == DType::bf16, cutlass::bfloat16_t, cutlass::half_t>;
 
 /// Tile sizes, layouts and copy types of one instantiation.
-template <int kHeadDim_, class Element_, int kBlockN_>
+template <int kHeadDim_, class Element_, int kBlockN_, int kConsumerWarpgroups_ = 2>
 struct ForwardTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
-  static constexpr int kBlockM = kQueryTileRows;
+  // 64 query rows per consumer warpgroup. Three of them (FlashAttention-3's choice at D = 64)
+  // keep the tensor cores busy with two warpgroups' products while the third one's softmax runs.
+  static constexpr int kConsumerWarpgroups = kConsumerWarpgroups_;
+  static constexpr int kBlockM = 64 * kConsumerWarpgroups;
   static constexpr int kBlockN = kBlockN_;  // keys per tile
   static constexpr int kStages = 2;    // K and V tiles in flight
-  static constexpr int kConsumerThreads = 256;
+  static constexpr int kConsumerThreads = 128 * kConsumerWarpgroups;
   static constexpr int kThreads = 128 + kConsumerThreads;
   static constexpr int kRowsPerThread = 2;  // of a wgmma accumulator: rows r and r + 8
+  // Registers after setmaxnreg: the producer needs few, the consumers take the rest of the 64K.
+  static constexpr int kProducerRegisters = kConsumerWarpgroups == 2 ? 24 : 32;
+  static constexpr int kConsumerRegisters = kConsumerWarpgroups == 2 ? 240 : 160;
+  static_assert(128 * kProducerRegisters + kConsumerThreads * kConsumerRegisters <= 65536, "registers of one CTA");
 
   using TileQK = Shape<Int<kBlockM>, Int<kBlockN>, Int<kHeadDim>>;  // S = Q K^T: (M, N, K = D)
   using TilePV = Shape<Int<kBlockM>, Int<kHeadDim>, Int<kBlockN>>;  // O = P V: (M, N = D, K = keys)
-  using ConsumersAlongM = Layout<Shape<_2, _1, _1>>;
+  using ConsumersAlongM = Layout<Shape<Int<kConsumerWarpgroups>, _1, _1>>;
   using MmaQK = decltype(make_tiled_mma(GMMA::ss_op_selector<Element, Element, float, TileQK>(), ConsumersAlongM{}));
   using MmaPV = decltype(make_tiled_mma(
       GMMA::rs_op_selector<Element, Element, float, TilePV, GMMA::Major::K, GMMA::Major::MN>(), ConsumersAlongM{}));
@@ -380,9 +387,13 @@ __device__ void consume(const ForwardParams<Traits>& params, typename Traits::Sh
   constexpr int kRows = Traits::kRowsPerThread;
   const ForwardProblem& problem = params.problem;
   const int thread = threadIdx.x - 128;  // among the consumers
-  const int warpgroup = thread / 128;     // 0 or 1: query rows [64 warpgroup, 64 warpgroup + 64)
+  const int warpgroup = thread / 128;     // query rows [64 warpgroup, 64 warpgroup + 64)
   using cutlass::arch::NamedBarrier;
+  // Turns go round the consumer warpgroups; a turn's barrier joins the one whose turn it is and
+  // the one that hands it on.
   const auto turn_barrier = [](int consumer) { return uint32_t(ForwardBarrier::turn_of_first_consumer) + consumer; };
+  constexpr int kTurnThreads = 2 * 128;
+  const int next_warpgroup = (warpgroup + 1) % Traits::kConsumerWarpgroups;
 
   Tensor sQ = make_tensor(make_smem_ptr(shared.q), typename Traits::SmemQ{});
   Tensor sK = make_tensor(make_smem_ptr(shared.k), typename Traits::SmemK{});
@@ -402,7 +413,7 @@ __device__ void consume(const ForwardParams<Traits>& params, typename Traits::Sh
 
   // The producer may load the first query tile; the first consumer warpgroup takes the first turn.
   NamedBarrier::arrive(Traits::kConsumerThreads + 32, uint32_t(ForwardBarrier::query_empty));
-  if (warpgroup == 0) NamedBarrier::arrive(Traits::kConsumerThreads, turn_barrier(0));
+  if (warpgroup == 0) NamedBarrier::arrive(kTurnThreads, turn_barrier(0));
 
   typename Traits::PipelineState read;
   for (int published = 0;; ++published) {
@@ -461,13 +472,13 @@ __device__ void consume(const ForwardParams<Traits>& params, typename Traits::Sh
     typename Traits::PipelineState value_stage = read;
     while (cursor.advance<kBlockN>(problem, query.rows)) {
       ++read;
-      NamedBarrier::sync(Traits::kConsumerThreads, turn_barrier(warpgroup));
+      NamedBarrier::sync(kTurnThreads, turn_barrier(warpgroup));
       k_pipeline.consumer_wait(read);
       issue_warpgroup_mma<true>(mma_qk, tSrQ, tSrK(_, _, _, read.index()), tSrS);
       softmax.rescale(out);  // by the last update's correction, while S's product runs
       v_pipeline.consumer_wait(value_stage);
       issue_warpgroup_mma<false>(mma_pv, tOrP, tOrV(_, _, _, value_stage.index()), tOrO);
-      NamedBarrier::arrive(Traits::kConsumerThreads, turn_barrier(1 - warpgroup));
+      NamedBarrier::arrive(kTurnThreads, turn_barrier(next_warpgroup));
       warpgroup_wait<1>();  // S is ready; O's product may still run
       k_pipeline.consumer_release(read);
       mask_if_needed(scores);
@@ -520,19 +531,21 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) forward_kernel(const __gr
 
   if (warpgroup == 0) {
     // The producer needs few registers: give them to the consumers.
-    cutlass::arch::warpgroup_reg_dealloc<24>();
+    cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegisters>();
     if (threadIdx.x < 32) produce(params, shared, k_pipeline, v_pipeline);
   } else {
-    cutlass::arch::warpgroup_reg_alloc<240>();
+    cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegisters>();
     consume(params, shared, k_pipeline, v_pipeline);
   }
 }
 
-/// The key tiles of `tile_keys` keys that query tile `m_block` visits, over every segment (with
-/// `tile_keys` 1: the keys between the lowest its first row sees and the highest its last row sees).
-inline int64_t key_tiles_visited(const ForwardProblem& problem, int m_block, int tile_keys) {
-  const int64_t first = problem.q_position + int64_t{m_block} * kQueryTileRows;
-  const QueryRows rows{first, first + std::min<int64_t>(kQueryTileRows, problem.rows - int64_t{m_block} * kQueryTileRows) - 1};
+/// The key tiles of `tile_keys` keys that query tile `m_block` of `tile_rows` rows visits, over
+/// every segment (with `tile_keys` 1: the keys between the lowest its first row sees and the
+/// highest its last row sees).
+inline int64_t key_tiles_visited(const ForwardProblem& problem, int m_block, int tile_rows, int tile_keys) {
+  const int64_t first_row = int64_t{m_block} * tile_rows;
+  const QueryRows rows{problem.q_position + first_row,
+                       problem.q_position + first_row + std::min<int64_t>(tile_rows, problem.rows - first_row) - 1};
   int64_t tiles = 0;
   for (int segment = 0; segment < problem.num_segments; ++segment) {
     const KeyTileSpan span = visible_key_tiles(rows, {problem.segments[segment].position, problem.segments[segment].keys},
@@ -543,8 +556,9 @@ inline int64_t key_tiles_visited(const ForwardProblem& problem, int m_block, int
 }
 
 /// Whether the last query tiles see more keys than the first (causal-like masks): they start first.
-inline bool last_query_tiles_first(const ForwardProblem& problem, int query_tiles, int tile_keys) {
-  return key_tiles_visited(problem, query_tiles - 1, tile_keys) > key_tiles_visited(problem, 0, tile_keys);
+inline bool last_query_tiles_first(const ForwardProblem& problem, int query_tiles, int tile_rows, int tile_keys) {
+  return key_tiles_visited(problem, query_tiles - 1, tile_rows, tile_keys) >
+         key_tiles_visited(problem, 0, tile_rows, tile_keys);
 }
 
 template <class Traits>
@@ -585,7 +599,7 @@ void launch_forward_tiles(const ForwardProblem& problem, int multiprocessors, cu
   const int64_t kv_bytes_per_head = keys * kHeadDim * 2 * int64_t{sizeof(Element)} / (problem.heads / problem.kv_heads);
   schedule.section_heads = QueryTileSchedule::section_size(schedule.query_tiles, problem.heads * problem.batch,
                                                            multiprocessors, kv_bytes_per_head, int64_t{24} << 20);
-  schedule.last_tiles_first = last_query_tiles_first(problem, schedule.query_tiles, Traits::kBlockN);
+  schedule.last_tiles_first = last_query_tiles_first(problem, schedule.query_tiles, Traits::kBlockM, Traits::kBlockN);
 
   const auto kernel = forward_kernel<Traits>;
   // More than 48 KB of shared memory needs the kernel's limit raised, once per device (a
@@ -614,17 +628,24 @@ inline bool long_key_tiles(const ForwardProblem& problem) {
   constexpr int64_t kLongTilesFromKeys = 2048;
   if (problem.mask_left < 0 && problem.mask_right < 0) return true;
   const int query_tiles = (problem.rows + kQueryTileRows - 1) / kQueryTileRows;
-  const int64_t keys_of_edges = key_tiles_visited(problem, 0, 1) + key_tiles_visited(problem, query_tiles - 1, 1);
+  const int64_t keys_of_edges =
+      key_tiles_visited(problem, 0, kQueryTileRows, 1) + key_tiles_visited(problem, query_tiles - 1, kQueryTileRows, 1);
   return keys_of_edges >= 2 * kLongTilesFromKeys;
 }
 
 template <int kHeadDim, DType kDType>
 void launch_forward(const ForwardProblem& problem, int multiprocessors, cudaStream_t stream) {
-  constexpr int kLongBlockN = kHeadDim == 64 ? 192 : 176;
-  if (long_key_tiles(problem))
-    launch_forward_tiles<ForwardTraits<kHeadDim, ElementOf<kDType>, kLongBlockN>>(problem, multiprocessors, stream);
-  else
-    launch_forward_tiles<ForwardTraits<kHeadDim, ElementOf<kDType>, 128>>(problem, multiprocessors, stream);
+  using Element = ElementOf<kDType>;
+  if constexpr (kHeadDim == 64) {
+    // Three consumer warpgroups (192 query rows) on 128-key tiles: at 160 registers a thread, the
+    // scores, probabilities and output of longer tiles would not fit.
+    launch_forward_tiles<ForwardTraits<64, Element, 128, 3>>(problem, multiprocessors, stream);
+  } else {
+    if (long_key_tiles(problem))
+      launch_forward_tiles<ForwardTraits<kHeadDim, Element, 176>>(problem, multiprocessors, stream);
+    else
+      launch_forward_tiles<ForwardTraits<kHeadDim, Element, 128>>(problem, multiprocessors, stream);
+  }
 }
 
 }  // namespace spattn::cuda::hopper

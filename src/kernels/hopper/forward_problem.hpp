@@ -15,7 +15,8 @@ namespace spattn::cuda::hopper {
 /// each, two per segment). A block of more segments runs as several launches.
 constexpr int kMaxSegmentsPerLaunch = 8;
 
-/// Query rows per tile of the schedule: 64 for each of the two consumer warpgroups.
+/// Query rows per tile at head dim 128 (64 for each of two consumer warpgroups), the fewest of any
+/// instantiation (head dim 64 takes 192): what bounds the number of tiles of a launch.
 constexpr int kQueryTileRows = 128;
 
 struct ForwardSegment {
