@@ -1,15 +1,16 @@
 #pragma once
 // The own attention forward for sm_90a (FlashAttention-3's design, written for spattn's blocks):
-// - one CTA of three warpgroups per multiprocessor, persistent over query tiles of 128 rows
-//   (ordered so that the longest start first; under a mask a counter in device memory hands them
-//   out, query_tile_schedule.hpp); the producer publishes each tile to the consumers;
+// - one CTA per multiprocessor, persistent over query tiles (ordered so that the longest start
+//   first; under a mask a counter in device memory hands them out, query_tile_schedule.hpp); the
+//   producer publishes each tile to the consumers;
 // - warpgroup 0 produces: one thread issues tensor-memory-accelerator (TMA) loads of Q once per
 //   query tile and of K and V tiles through a two-stage pipeline of shared memory, for every key
 //   tile of every segment that some row of the query tile sees (key_tile_plan.hpp);
-// - warpgroups 1 and 2 consume, 64 query rows each: S = Q K^T by wgmma from shared memory,
-//   online softmax in fp32 registers, O += P V by wgmma with P from registers; the product of the
-//   next key tile is issued before the softmax of the current one, and the two warpgroups take
-//   turns at issuing products so that one's softmax overlaps the other's matrix work;
+// - the other warpgroups consume, 64 query rows each (two at head dim 128, three at 64: tiles of
+//   128 or 192 rows): S = Q K^T by wgmma from shared memory, online softmax in fp32 registers,
+//   O += P V by wgmma with P from registers; the product of the next key tile is issued before
+//   the softmax of the current one, and the warpgroups take turns at issuing products so that
+//   one's softmax overlaps the others' matrix work;
 // - only key tiles that cross a mask edge or the end of a segment are masked element-wise;
 // - the epilogue writes fp32 out and lse, or merges them into the running result (accumulate)
 //   with merge_weights, straight from registers: no partial result is ever rounded or stored.
