@@ -618,12 +618,12 @@ void launch_forward_tiles(const ForwardProblem& problem, int multiprocessors, cu
   SPATTN_CUDA_CHECK_LAUNCH("the own Hopper attention forward");
 }
 
-/// Whether a launch takes the long key tiles (176 keys at D = 128, 192 at D = 64: fewer per row,
-/// so less of the softmax's reductions and the pipeline's barriers per key) rather than 128-key
-/// tiles (less of each tile that a mask's diagonal cuts is wasted). Measured on an H100
-/// (bench/kernel-notes.md, v7): long tiles win without a mask at every length and under the
-/// causal mask from S = 4k on (16k: 0.95 -> 1.00 of cuDNN); at S = 2k, where a query
-/// tile sees 1k keys on average, 128-key tiles win (0.88 against 0.81). Query tiles see a number
+/// Whether a launch at D = 128 takes the long key tiles (176 keys: fewer per row, so less of the
+/// softmax's reductions and the pipeline's barriers per key) rather than 128-key tiles (less of
+/// each tile that a mask's diagonal cuts is wasted; D = 64 always takes those, launch_forward).
+/// Measured on an H100 (bench/kernel-notes.md, v7): long tiles win without a mask at every length
+/// and under the causal mask from S = 4k on (16k: 0.95 -> 1.00 of cuDNN); at S = 2k, where a
+/// query tile sees 1k keys on average, 128-key tiles win (0.88 against 0.81). Query tiles see a number
 /// of keys that grows or falls linearly under a band mask: the mean of the first and last tiles'.
 inline bool long_key_tiles(const ForwardProblem& problem) {
   constexpr int64_t kLongTilesFromKeys = 2048;
