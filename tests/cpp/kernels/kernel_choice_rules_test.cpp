@@ -1,11 +1,16 @@
 // What each KernelChoice may run on, without a GPU: the CPU's one set of kernels takes only
-// automatic, the kernels refuse the rest as block_kernels_unsupported words it, and plans
-// validate and agree on the choice like any other option.
+// automatic, CUDA's take no fp32, the kernels refuse the rest as block_kernels_unsupported words
+// it, and plans validate and agree on the choice like any other option.
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <string>
+#include <vector>
+
 #include "kernels/block_kernels.hpp"
+#include "spattn/build_info.hpp"
 #include "spattn/error.hpp"
 #include "strategies/call_validation.hpp"
 
@@ -21,6 +26,27 @@ TEST(KernelChoiceRules, TheCpuTakesOnlyAutomatic) {
             "kernel own names CUDA kernels (spattn's own Hopper kernels) and cannot run on cpu; allowed there: auto");
   EXPECT_EQ(block_kernels_unsupported(Device::cpu(), KernelChoice::cudnn, DType::f16, 64),
             "kernel cudnn names CUDA kernels (cuDNN's fused attention) and cannot run on cpu; allowed there: auto");
+}
+
+TEST(KernelChoiceRules, CudaPlansRefuseFp32BeforeAnyTransfer) {
+  // Every kernel choice: a CUDA plan of fp32 inputs is refused by its validation (which runs before
+  // the ranks agree and transfer), not by the first block kernel after step 0's transfer started.
+  const Device gpu{DeviceKind::cuda, 0};
+  const std::vector<std::string> backends = build_info().kernel_backends;
+  const bool cuda_built_in = std::find(backends.begin(), backends.end(), "cuda") != backends.end();
+  const AttentionShape shape{1, 64, 4, 2, 64, DType::f32};
+  for (KernelChoice kernel : {KernelChoice::automatic, KernelChoice::own, KernelChoice::cudnn}) {
+    SCOPED_TRACE(kernel_choice_name(kernel));
+    AttentionOptions options;
+    options.kernel = kernel;
+    const std::string why = shape_and_options_error(shape, options, gpu);
+    if (cuda_built_in) {
+      EXPECT_THAT(why, AllOf(HasSubstr("bf16 or fp16"), HasSubstr("not fp32"), HasSubstr("cuda:0")));
+    } else {
+      EXPECT_THAT(why, HasSubstr("no kernels for device cuda:0"));
+    }
+    EXPECT_EQ(block_kernels_unsupported(gpu, kernel, DType::f32, 64).empty(), false);
+  }
 }
 
 TEST(KernelChoiceRules, MakeBlockKernelsRefusesWhatTheRuleRefuses) {
