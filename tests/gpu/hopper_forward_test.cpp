@@ -124,6 +124,16 @@ class HopperForward : public CudaKernelTest {
       }
   }
 
+  /// The bf16 inputs and fp64 results of `c` at `head_dim`, softmax scale 1 / sqrt(head_dim).
+  struct Bf16Case {
+    float scale;
+    BlockProblem problem;
+  };
+  Bf16Case bf16_case(const BlockCase& c, int64_t head_dim) {
+    const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+    return {scale, make_problem(c, DType::bf16, head_dim, scale, generator_, /*with_backward=*/false)};
+  }
+
   std::unique_ptr<cuda::CudaBlockKernels> cudnn_;
   std::unique_ptr<cuda::hopper::QueryTileCounter> tile_counter_;  // the own launches on gpu_'s stream
 };
@@ -296,8 +306,7 @@ TEST_F(HopperForward, LargerBlockIsAccurateAndDeterministic) {
     const std::string reason = unsupported(DType::bf16, head_dim);
     if (!reason.empty()) GTEST_SKIP() << reason;
     SCOPED_TRACE("head_dim " + std::to_string(head_dim));
-    const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-    const BlockProblem p = make_problem(c, DType::bf16, head_dim, scale, generator_, false);
+    const auto [scale, p] = bf16_case(c, head_dim);
     // 256 query tiles at head dim 128, 160 at 64 (192-row tiles), more than an H100's 132
     // multiprocessors: the causal mask's tile counter hands them out, and each launch must find it
     // reset by the one before on its stream. The same bits again, on a second stream (its own
@@ -347,8 +356,7 @@ TEST_F(HopperForward, NoMaskShortKeyTilesAndRepeatedVisits) {
     const std::string reason = unsupported(DType::bf16, head_dim);
     if (!reason.empty()) GTEST_SKIP() << reason;
     SCOPED_TRACE("head_dim " + std::to_string(head_dim));
-    const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-    const BlockProblem p = make_problem(c, DType::bf16, head_dim, scale, generator_, false);
+    const auto [scale, p] = bf16_case(c, head_dim);
     DeviceBlock first(*gpu_, p, c, head_dim, scale);
     first.block.segments.resize(1);
     run_own(first);
