@@ -33,7 +33,8 @@ TEST(KernelChoiceRules, CudaPlansRefuseFp32BeforeAnyTransfer) {
   // the ranks agree and transfer), not by the first block kernel after step 0's transfer started.
   const Device gpu{DeviceKind::cuda, 0};
   const std::vector<std::string> backends = build_info().kernel_backends;
-  const bool cuda_built_in = std::find(backends.begin(), backends.end(), "cuda") != backends.end();
+  const bool cuda_built_in = std::any_of(backends.begin(), backends.end(),
+                                         [](const std::string& backend) { return backend.rfind("cuda", 0) == 0; });
   const AttentionShape shape{1, 64, 4, 2, 64, DType::f32};
   for (KernelChoice kernel : {KernelChoice::automatic, KernelChoice::own, KernelChoice::cudnn}) {
     SCOPED_TRACE(kernel_choice_name(kernel));
