@@ -15,10 +15,18 @@ double communication_timeout_seconds() {
   if (text == nullptr || *text == '\0') return kDefaultCommunicationTimeoutSeconds;
   char* end = nullptr;
   const double seconds = std::strtod(text, &end);
-  SPATTN_CHECK(end != text && *end == '\0' && std::isfinite(seconds) && seconds > 0,
-               "SPATTN_TIMEOUT='" << text << "' is not a timeout; allowed: a positive number of seconds (default "
-                                  << kDefaultCommunicationTimeoutSeconds << ")");
+  const bool number = end != text && *end == '\0';
+  check_timeout_seconds(number ? seconds : std::nan(""), "SPATTN_TIMEOUT='" + std::string(text) + "'");
   return seconds;
+}
+
+void check_timeout_seconds(double seconds, const std::string& what) {
+  if (std::isfinite(seconds) && seconds > 0) return;
+  std::ostringstream why;
+  why << what << " is not a timeout; allowed: a positive number of seconds (default "
+      << kDefaultCommunicationTimeoutSeconds << ")";
+  if (!std::isnan(seconds)) why << ", got " << seconds;
+  SPATTN_FAIL(why.str());
 }
 
 std::string describe_rank(int rank, int size) { return "rank " + std::to_string(rank) + " of " + std::to_string(size); }

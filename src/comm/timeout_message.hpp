@@ -1,10 +1,15 @@
 #pragma once
-// The error of a rank that gave up waiting for its peers, the same from every communicator: the
-// program (apps/spattn/main.cpp) tells these errors from others by " timed out after ".
+// The timeout rules every communicator shares: what a timeout may be, and the error of a rank that
+// gave up waiting for its peers (the program, apps/spattn/main.cpp, tells these errors from
+// others by " timed out after ").
 
 #include <string>
 
 namespace spattn {
+
+/// Throws Error unless `seconds` is a timeout (finite and positive), naming `what` (where the value
+/// came from) and what is allowed; NaN stands for a value that is not a number at all.
+void check_timeout_seconds(double seconds, const std::string& what);
 
 /// "rank 2 of 4", how a communicator's errors name the rank that reports them.
 std::string describe_rank(int rank, int size);

@@ -234,7 +234,7 @@ int MpiCommunicator::size() const { return state_->size; }
 double MpiCommunicator::timeout_seconds() const { return state_->timeout_seconds; }
 
 void MpiCommunicator::set_timeout_seconds(double seconds) {
-  SPATTN_CHECK(seconds > 0, "the timeout must be a positive number of seconds, got " << seconds);
+  check_timeout_seconds(seconds, "timeout_seconds of the MPI communicator");
   state_->timeout_seconds = seconds;
 }
 

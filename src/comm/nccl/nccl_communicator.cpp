@@ -364,7 +364,7 @@ NcclCommunicator::NcclCommunicator(Communicator& bootstrap, int device_index, do
 NcclCommunicator::NcclCommunicator(int rank, int size, const NcclUniqueIdBytes& unique_id, int device_index,
                                    double timeout_seconds) {
   SPATTN_CHECK(size >= 1 && rank >= 0 && rank < size, "NCCL rank " << rank << " of " << size << " ranks");
-  SPATTN_CHECK(timeout_seconds > 0, "the NCCL timeout must be positive, got " << timeout_seconds);
+  check_timeout_seconds(timeout_seconds, "timeout_seconds of the NCCL communicator");
   check_device_index(device_index);
   ncclUniqueId id;
   std::memcpy(&id, unique_id.data(), sizeof(id));
@@ -384,7 +384,7 @@ NcclCommunicator::NcclCommunicator(int rank, int size, const NcclUniqueIdBytes& 
 
 NcclCommunicator::NcclCommunicator(ncclComm* borrowed_comm, double timeout_seconds) {
   SPATTN_CHECK(borrowed_comm != nullptr, "NcclCommunicator over a null ncclComm_t");
-  SPATTN_CHECK(timeout_seconds > 0, "the NCCL timeout must be positive, got " << timeout_seconds);
+  check_timeout_seconds(timeout_seconds, "timeout_seconds of the NCCL communicator");
   state_ = std::make_unique<State>(borrowed_comm, false, timeout_seconds);
   state_->set_up();
   state_->process_rank = state_->rank;
