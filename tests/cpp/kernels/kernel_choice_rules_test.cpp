@@ -5,12 +5,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <string>
-#include <vector>
 
 #include "kernels/block_kernels.hpp"
-#include "spattn/build_info.hpp"
 #include "spattn/error.hpp"
 #include "strategies/call_validation.hpp"
 
@@ -32,9 +29,8 @@ TEST(KernelChoiceRules, CudaPlansRefuseFp32BeforeAnyTransfer) {
   // Every kernel choice: a CUDA plan of fp32 inputs is refused by its validation (which runs before
   // the ranks agree and transfer), not by the first block kernel after step 0's transfer started.
   const Device gpu{DeviceKind::cuda, 0};
-  const std::vector<std::string> backends = build_info().kernel_backends;
-  const bool cuda_built_in = std::any_of(backends.begin(), backends.end(),
-                                         [](const std::string& backend) { return backend.rfind("cuda", 0) == 0; });
+  // The same rule says whether this build has CUDA kernels at all: bf16 runs wherever they exist.
+  const bool cuda_built_in = block_kernels_unsupported(gpu, KernelChoice::automatic, DType::bf16, 64).empty();
   const AttentionShape shape{1, 64, 4, 2, 64, DType::f32};
   for (KernelChoice kernel : {KernelChoice::automatic, KernelChoice::own, KernelChoice::cudnn}) {
     SCOPED_TRACE(kernel_choice_name(kernel));
