@@ -14,8 +14,9 @@
 #                at SPATTN_SWEEP_RANKS ranks (default 1 2 3 8) over the machine's GPUs
 #   forward-sweep  the same without --backward (out and lse only), for each --kernel in
 #                SPATTN_SWEEP_KERNELS (default own cudnn): forward-sweep-KERNEL.log
-#   faults       StalledRankOnGpus and PlanMemoryOnGpus at one rank per GPU, then `spattn run` over
-#                NCCL with a rank killed or stalled (SPATTN_FAULT) for three strategies (faults.log)
+#   faults       StalledRankOnGpus and PlanMemoryOnGpus at one rank per GPU, then, with two GPUs or
+#                more, `spattn run` over NCCL with a rank killed or stalled (SPATTN_FAULT) for three
+#                strategies (faults.log)
 #   python-gpu   SPATTN_CUDA=ON pip install . and pytest tests/python_gpu under torchrun at 1 and
 #                every GPU, then bench/python_call_overhead.py at each (python-build.log,
 #                python-gpu-N.log, python-overhead.log)
@@ -406,8 +407,11 @@ elif ((built)); then
   # Then through the program over NCCL, as a user meets it: rank 1 killed or stalled for ever at
   # its first transfer; every other rank must print that it timed out, and the job must end.
   # Open MPI ends a job at once when a rank dies, so the kill runs under --enable-recovery.
+  # One GPU has no rank 1 to fault (NCCL takes one rank per GPU): those runs would prove nothing.
   program_faults=0 program_faults_failed=0 program_report=""
+  ((gpus >= 2)) || program_report=" none: one GPU has no second rank to fault"
   for fault in stall kill; do
+    ((gpus >= 2)) || break
     for algorithm in zigzag ulysses hamilton; do
       launcher=(--oversubscribe -np "$gpus" -x SPATTN_TIMEOUT=3 -x "SPATTN_FAULT=$fault:1:0")
       [[ $fault == kill ]] && launcher+=(--enable-recovery)

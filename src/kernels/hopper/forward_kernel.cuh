@@ -4,13 +4,15 @@
 //   first; under a mask a counter in device memory hands them out, query_tile_schedule.hpp); the
 //   producer publishes each tile to the consumers;
 // - warpgroup 0 produces: one thread issues tensor-memory-accelerator (TMA) loads of Q once per
-//   query tile and of K and V tiles through a two-stage pipeline of shared memory, for every key
-//   tile of every segment that some row of the query tile sees (key_tile_plan.hpp);
+//   query tile, a 64-row slice per consumer warpgroup, and of K and V tiles through a two-stage
+//   pipeline of shared memory, for every key tile of every segment that some row of the query
+//   tile sees (key_tile_plan.hpp);
 // - the other warpgroups consume, 64 query rows each (two at head dim 128, three at 64: tiles of
 //   128 or 192 rows): S = Q K^T by wgmma from shared memory, online softmax in fp32 registers,
 //   O += P V by wgmma with P from registers; the product of the next key tile is issued before
 //   the softmax of the current one, and the warpgroups take turns at issuing products so that
-//   one's softmax overlaps the others' matrix work;
+//   one's softmax overlaps the others' matrix work; each warpgroup releases its own slice of Q and
+//   takes its next one, so that the turns go on across the edges of query tiles;
 // - only key tiles that cross a mask edge or the end of a segment are masked element-wise;
 // - the epilogue writes fp32 out and lse, or merges them into the running result (accumulate)
 //   with merge_weights, straight from registers: no partial result is ever rounded or stored.
@@ -42,6 +44,18 @@ using namespace cute;
 template <DType kDType>
 using ElementOf = std::conditional_t<kDType == DType::bf16, cutlass::bfloat16_t, cutlass::half_t>;
 
+/// Named barriers (ids past CUTLASS's reserved ones, eight left), one of each kind per consumer warpgroup.
+constexpr int kMaxConsumerWarpgroups = 3;
+enum class ForwardBarrier : uint32_t {
+  // consumer warpgroup -> producer: its slice of Q (and the tile's number) are no longer read
+  query_empty_of_first_consumer = 0,
+  // its turn to issue matrix products
+  turn_of_first_consumer = kMaxConsumerWarpgroups,
+};
+__host__ __device__ constexpr uint32_t named_barrier(ForwardBarrier kind, int consumer_warpgroup) {
+  return uint32_t(kind) + consumer_warpgroup;
+}
+
 /// Tile sizes, layouts and copy types of one instantiation.
 template <int kHeadDim_, class Element_, int kBlockN_, int kConsumerWarpgroups_ = 2>
 struct ForwardTraits {
@@ -50,7 +64,8 @@ struct ForwardTraits {
   // 64 query rows per consumer warpgroup. Three of them (FlashAttention-3's choice at D = 64)
   // keep the tensor cores busy with two warpgroups' products while the third one's softmax runs.
   static constexpr int kConsumerWarpgroups = kConsumerWarpgroups_;
-  static constexpr int kBlockM = 64 * kConsumerWarpgroups;
+  static constexpr int kSliceRows = 64;  // of Q, per consumer warpgroup
+  static constexpr int kBlockM = kSliceRows * kConsumerWarpgroups;
   static constexpr int kBlockN = kBlockN_;  // keys per tile
   static constexpr int kStages = 2;    // K and V tiles in flight
   static constexpr int kConsumerThreads = 128 * kConsumerWarpgroups;
@@ -60,6 +75,7 @@ struct ForwardTraits {
   static constexpr int kProducerRegisters = kConsumerWarpgroups == 2 ? 24 : 32;
   static constexpr int kConsumerRegisters = kConsumerWarpgroups == 2 ? 240 : 160;
   static_assert(128 * kProducerRegisters + kConsumerThreads * kConsumerRegisters <= 65536, "registers of one CTA");
+  static_assert(kConsumerWarpgroups <= kMaxConsumerWarpgroups, "named barriers of one kind");
 
   using TileQK = Shape<Int<kBlockM>, Int<kBlockN>, Int<kHeadDim>>;  // S = Q K^T: (M, N, K = D)
   using TilePV = Shape<Int<kBlockM>, Int<kHeadDim>, Int<kBlockN>>;  // O = P V: (M, N = D, K = keys)
@@ -69,7 +85,12 @@ struct ForwardTraits {
       GMMA::rs_op_selector<Element, Element, float, TilePV, GMMA::Major::K, GMMA::Major::MN>(), ConsumersAlongM{}));
 
   // Q and K as loaded: rows with head_dim contiguous, 128-byte swizzled (K-major for S = Q K^T).
-  using SmemQ = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Element>{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+  // Q is one slice of 64 rows per consumer warpgroup, each slice contiguous: a warpgroup done with
+  // its rows of a query tile takes its rows of the next one while the others finish theirs,
+  // instead of all of them waiting at the tile's edge for the whole of the next Q.
+  using SmemQSlice = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Element>{}, Shape<Int<kSliceRows>, Int<kHeadDim>>{}));
+  using SmemQ = decltype(tile_to_shape(SmemQSlice{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+  static_assert(SmemQ{}(Int<kSliceRows>{}, _0{}) == cosize_v<SmemQSlice>, "slice w of Q starts at w slices' size");
   using SmemK = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Element>{},
                                        Shape<Int<kBlockN>, Int<kHeadDim>, Int<kStages>>{}));
   // V as loaded too, but read as (head_dim, keys) with head_dim contiguous: MN-major for O = P V.
@@ -84,13 +105,14 @@ struct ForwardTraits {
   using GmemTensor = decltype(make_tensor(make_gmem_ptr(static_cast<Element const*>(nullptr)), GmemShape{}, GmemStrides{}));
   using GmemTensorVt =
       decltype(make_tensor(make_gmem_ptr(static_cast<Element const*>(nullptr)), GmemShapeVt{}, GmemStridesVt{}));
-  using TmaQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, SmemQ{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}, _1{}));
+  using TmaQ =
+      decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, SmemQSlice{}, Shape<Int<kSliceRows>, Int<kHeadDim>>{}, _1{}));
   using TmaK = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(SmemK{}),
                                       Shape<Int<kBlockN>, Int<kHeadDim>>{}, _1{}));
   using TmaV = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensorVt{}, take<0, 2>(SmemVt{}),
                                       Shape<Int<kHeadDim>, Int<kBlockN>>{}, _1{}));
 
-  static constexpr uint32_t kQueryTileBytes = kBlockM * kHeadDim * sizeof(Element);
+  static constexpr uint32_t kQuerySliceBytes = kSliceRows * kHeadDim * sizeof(Element);
   static constexpr uint32_t kKeyTileBytes = kBlockN * kHeadDim * sizeof(Element);
 
   using Pipeline = cutlass::PipelineTmaAsync<kStages>;
@@ -101,8 +123,9 @@ struct ForwardTraits {
     alignas(1024) Element q[cosize_v<SmemQ>];
     alignas(1024) Element k[cosize_v<SmemK>];
     alignas(1024) Element v[cosize_v<SmemVt>];
-    alignas(16) cutlass::arch::ClusterTransactionBarrier query_full;  // also: query_tile is published
-    int query_tile;  // schedule position of the tile in q (total_tiles or more: none left)
+    // Per consumer warpgroup: its slice of Q has arrived, and query_tile is published.
+    alignas(16) cutlass::arch::ClusterTransactionBarrier query_full[kConsumerWarpgroups];
+    int query_tile[kConsumerWarpgroups];  // schedule position of the tile in the slice (total_tiles or more: none left)
     typename Pipeline::SharedStorage k_pipeline;
     typename Pipeline::SharedStorage v_pipeline;
   };
@@ -118,12 +141,6 @@ struct ForwardParams {
   typename Traits::TmaV tma_v[kMaxSegmentsPerLaunch];
   ForwardProblem problem;
   QueryTileSchedule schedule;
-};
-
-/// Named barriers (ids past CUTLASS's reserved ones).
-enum class ForwardBarrier : uint32_t {
-  query_empty = 0,  // consumers -> producer: the query tile (and its number) in shared memory are no longer read
-  turn_of_first_consumer = 1,  // + consumer warpgroup: its turn to issue matrix products
 };
 
 /// One query tile of the schedule: its rows, head and batch.
@@ -204,12 +221,11 @@ template <class Traits>
 __device__ void produce(const ForwardParams<Traits>& params, typename Traits::SharedStorage& shared,
                         typename Traits::Pipeline& k_pipeline, typename Traits::Pipeline& v_pipeline) {
   using Pipeline = typename Traits::Pipeline;
-  constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
+  constexpr int kSliceRows = Traits::kSliceRows, kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
   const ForwardProblem& problem = params.problem;
-  // The whole warp takes part in the named barrier; one thread issues the copies.
+  // The whole warp takes part in the named barriers; one thread issues the copies.
   const bool issuing = threadIdx.x == 0;
 
-  Tensor sQ = make_tensor(make_smem_ptr(shared.q), typename Traits::SmemQ{});
   Tensor sK = make_tensor(make_smem_ptr(shared.k), typename Traits::SmemK{});
   Tensor sVt = make_tensor(make_smem_ptr(shared.v), typename Traits::SmemVt{});
 
@@ -240,17 +256,19 @@ __device__ void produce(const ForwardParams<Traits>& params, typename Traits::Sh
          tVsV(_, state.index()));
   };
 
-  const auto query_rows = [&](const QueryTile& query) {  // (M, D) in global memory
+  auto cta_q = params.tma_q.get_slice(_0{});
+  const auto query_slice_source = [&](const QueryTile& query, int slice) {  // (TMA) of a (64, D) tile in global memory
     Tensor mQ = params.tma_q.get_tma_tensor(make_shape(problem.rows, kHeadDim, problem.heads, problem.batch))(
         _, _, query.head, query.batch);
-    return local_tile(mQ, Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(query.m_block, _0{}));
+    return group_modes<0, 3>(cta_q.partition_S(local_tile(
+        mQ, Shape<Int<kSliceRows>, Int<kHeadDim>>{}, make_coord(query.m_block * Traits::kConsumerWarpgroups + slice, _0{}))));
   };
 
   typename Traits::PipelineState write = cutlass::make_producer_start_state<Pipeline>();
   const int total_tiles = params.schedule.total_tiles;
-  // Each query tile, and at the end "none left", is published to the consumers in shared memory
-  // once they are done with the previous tile's Q: query_full completes when Q has arrived (at
-  // once for a tile without keys, or for none left).
+  // Each query tile, and at the end "none left", is published to each consumer warpgroup in
+  // shared memory once it is done with its slice of the previous tile's Q: its query_full
+  // completes when its slice has arrived (at once for a tile without keys, or for none left).
   for (int linear = next_query_tile(params, -1);;) {
     const bool none_left = linear >= total_tiles;
     // Taken now, so that the counter's latency hides behind this tile.
@@ -265,22 +283,27 @@ __device__ void produce(const ForwardParams<Traits>& params, typename Traits::Sh
     const int kv_head = query.head / (problem.heads / problem.kv_heads);
 
     if (has_keys && issuing) load_key_tile(cursor.segment, cursor.tile, query.batch, kv_head, write);
-    cutlass::arch::NamedBarrier::sync(Traits::kConsumerThreads + 32, uint32_t(ForwardBarrier::query_empty));
-    if (issuing) {
-      shared.query_tile = linear;  // visible to the consumers through query_full's release
+    for (int slice = 0; slice < Traits::kConsumerWarpgroups; ++slice) {
+      cutlass::arch::NamedBarrier::sync(128 + 32, named_barrier(ForwardBarrier::query_empty_of_first_consumer, slice));
+      if (!issuing) continue;
+      shared.query_tile[slice] = linear;  // visible to the consumers through query_full's release
       if (!has_keys) {
-        shared.query_full.arrive();
-      } else {
-        auto cta_q = params.tma_q.get_slice(_0{});
-        shared.query_full.arrive_and_expect_tx(Traits::kQueryTileBytes);
-        copy(params.tma_q.with(reinterpret_cast<cutlass::arch::ClusterTransactionBarrier::ValueType&>(shared.query_full),
-                               0, TMA::CacheHintSm90::EVICT_FIRST),
-             group_modes<0, 3>(cta_q.partition_S(query_rows(query))), group_modes<0, 3>(cta_q.partition_D(sQ)));
-        // The next query tile's rows into L2 now: its load, which waits until this tile's last
-        // S = Q K^T, then takes an L2 hit instead of a trip to memory while the tensor cores idle.
-        if (next < total_tiles)
-          prefetch(params.tma_q, group_modes<0, 3>(cta_q.partition_S(query_rows(query_tile(params, next)))));
+        shared.query_full[slice].arrive();
+        continue;
       }
+      Tensor sQ_slice = make_tensor(make_smem_ptr(shared.q + slice * cosize_v<typename Traits::SmemQSlice>),
+                                    typename Traits::SmemQSlice{});
+      shared.query_full[slice].arrive_and_expect_tx(Traits::kQuerySliceBytes);
+      copy(params.tma_q.with(reinterpret_cast<cutlass::arch::ClusterTransactionBarrier::ValueType&>(shared.query_full[slice]),
+                             0, TMA::CacheHintSm90::EVICT_FIRST),
+           query_slice_source(query, slice), group_modes<0, 3>(cta_q.partition_D(sQ_slice)));
+    }
+    // The next query tile's rows into L2 now: its loads, which wait until this tile's last
+    // S = Q K^T of each slice, then take an L2 hit instead of a trip to memory.
+    if (issuing && has_keys && next < total_tiles) {
+      const QueryTile upcoming = query_tile(params, next);
+      for (int slice = 0; slice < Traits::kConsumerWarpgroups; ++slice)
+        prefetch(params.tma_q, query_slice_source(upcoming, slice));
     }
     if (none_left) break;
     linear = next;
@@ -392,7 +415,7 @@ __device__ void consume(const ForwardParams<Traits>& params, typename Traits::Sh
   using cutlass::arch::NamedBarrier;
   // Turns go round the consumer warpgroups; a turn's barrier joins the one whose turn it is and
   // the one that hands it on.
-  const auto turn_barrier = [](int consumer) { return uint32_t(ForwardBarrier::turn_of_first_consumer) + consumer; };
+  const auto turn_barrier = [](int consumer) { return named_barrier(ForwardBarrier::turn_of_first_consumer, consumer); };
   constexpr int kTurnThreads = 2 * 128;
   const int next_warpgroup = (warpgroup + 1) % Traits::kConsumerWarpgroups;
 
@@ -412,16 +435,20 @@ __device__ void consume(const ForwardParams<Traits>& params, typename Traits::Sh
   const auto score_rows_columns = make_tensor(score_coordinates.data(), accumulator_rows_columns(score_coordinates.layout()));
   const auto out_rows_columns = make_tensor(out_coordinates.data(), accumulator_rows_columns(out_coordinates.layout()));
 
+  // Its slice of Q is no longer read: the producer may load the next one into it.
+  const auto release_query_slice = [&] {
+    NamedBarrier::arrive(128 + 32, named_barrier(ForwardBarrier::query_empty_of_first_consumer, warpgroup));
+  };
   // The producer may load the first query tile; the first consumer warpgroup takes the first turn.
-  NamedBarrier::arrive(Traits::kConsumerThreads + 32, uint32_t(ForwardBarrier::query_empty));
+  release_query_slice();
   if (warpgroup == 0) NamedBarrier::arrive(kTurnThreads, turn_barrier(0));
 
   typename Traits::PipelineState read;
   for (int published = 0;; ++published) {
-    shared.query_full.wait(published % 2);
+    shared.query_full[warpgroup].wait(published % 2);
     // The same in every lane: a shuffle from lane 0 tells the compiler so, and the tile's
     // coordinates stay in uniform registers instead of the 240 that the products need.
-    const int linear = __shfl_sync(0xffffffffu, shared.query_tile, 0);
+    const int linear = __shfl_sync(0xffffffffu, shared.query_tile[warpgroup], 0);
     if (linear >= params.schedule.total_tiles) break;
     const QueryTile query = query_tile(params, linear);
     OnlineSoftmax<kRows> softmax(problem.scale);
@@ -437,7 +464,7 @@ __device__ void consume(const ForwardParams<Traits>& params, typename Traits::Sh
         softmax.finish(lse, normalizer);
         store_rows<Traits>(problem, query, out, out_rows_columns, lse, normalizer);
       }
-      NamedBarrier::arrive(Traits::kConsumerThreads + 32, uint32_t(ForwardBarrier::query_empty));
+      release_query_slice();
       continue;
     }
     const auto mask_if_needed = [&](auto& scores) {
@@ -490,8 +517,7 @@ __device__ void consume(const ForwardParams<Traits>& params, typename Traits::Sh
       probabilities_to_operand();
       value_stage = read;
     }
-    // Q is no longer read: the producer may load the next query tile.
-    NamedBarrier::arrive(Traits::kConsumerThreads + 32, uint32_t(ForwardBarrier::query_empty));
+    release_query_slice();
     softmax.rescale(out);
     v_pipeline.consumer_wait(value_stage);
     issue_warpgroup_mma<false>(mma_pv, tOrP, tOrV(_, _, _, value_stage.index()), tOrO);
@@ -518,7 +544,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) forward_kernel(const __gr
       cute::prefetch_tma_descriptor(params.tma_k[segment].get_tma_descriptor());
       cute::prefetch_tma_descriptor(params.tma_v[segment].get_tma_descriptor());
     }
-    shared.query_full.init(1);
+    for (int slice = 0; slice < Traits::kConsumerWarpgroups; ++slice) shared.query_full[slice].init(1);
   }
   typename Traits::Pipeline::Params pipeline_params;
   pipeline_params.role = warpgroup == 0 ? Traits::Pipeline::ThreadCategory::Producer
@@ -573,7 +599,7 @@ void launch_forward_tiles(const ForwardProblem& problem, int multiprocessors, cu
                        make_stride(strides[1], _1{}, strides[2], strides[0]));
   };
   params.tma_q = make_tma_copy(SM90_TMA_LOAD{}, rows_tensor(problem.q, problem.rows, problem.heads, problem.batch, problem.q_strides),
-                               typename Traits::SmemQ{}, Shape<Int<Traits::kBlockM>, Int<kHeadDim>>{}, _1{});
+                               typename Traits::SmemQSlice{}, Shape<Int<Traits::kSliceRows>, Int<kHeadDim>>{}, _1{});
   for (int segment = 0; segment < problem.num_segments; ++segment) {
     const ForwardSegment& keys = problem.segments[segment];
     params.tma_k[segment] =
