@@ -1,15 +1,30 @@
 #!/usr/bin/env bash
-# Installs what spattn needs to build and test on Debian or Ubuntu (run as root), and the Python
-# packages that build and test spattn's Python package (pip; left out with --no-python). Packages
-# that are already present are not fetched again, so a prepared machine needs no network (torch
-# from PyPI is large).
+# Installs what spattn needs on Debian or Ubuntu (run as root), for one of three purposes:
+#   (no option)   build and test everything: the library, program, tests, benchmarks, fuzz targets,
+#                 and the Python package with what tests it (pip: torch, transformers, ...)
+#   --no-python   the same without the Python packages (scripts/run-fuzzers.sh)
+#   --main-job    the library and the `spattn` program only (scripts/run-main-job.sh): a compiler,
+#                 CMake, MPI and a BLAS; no GoogleTest, clang or Python packages
+# Packages that are already present are not fetched again, so a prepared machine needs no network
+# (torch from PyPI is large).
 set -euo pipefail
-with_python=1
-[[ ${1:-} == --no-python ]] && with_python=0
+purpose=tests
+case "${1:-}" in
+  "") ;;
+  --no-python) purpose=no-python ;;
+  --main-job) purpose=main-job ;;
+  *) echo "install-dependencies.sh: unknown option '$1' (allowed: none, --no-python, --main-job)" >&2; exit 2 ;;
+esac
+has_nvcc=0
+if command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]]; then has_nvcc=1; fi
 
-# clang and its OpenMP build the fuzz targets (scripts/run-fuzzers.sh).
-packages=(build-essential cmake pkg-config python3 openmpi-bin libopenmpi-dev libopenblas-openmp-dev
-          libgtest-dev libgmock-dev clang libomp-dev)
+# OpenMP comes with GCC (libgomp); the BLAS package is OpenBLAS built with it.
+packages=(build-essential cmake openmpi-bin libopenmpi-dev libopenblas-openmp-dev)
+# The CUDA build finds the pip wheels' headers through python3 (cmake/FindCudnnFrontend.cmake,
+# cmake/FindCutlass.cmake).
+((has_nvcc)) && packages+=(python3)
+# The tests: GoogleTest, and clang with its OpenMP for the fuzz targets (scripts/run-fuzzers.sh).
+[[ $purpose == main-job ]] || packages+=(python3 libgtest-dev libgmock-dev clang libomp-dev)
 
 missing=()
 for package in "${packages[@]}"; do
@@ -23,7 +38,8 @@ fi
 
 # libFuzzer's runtime comes with clang, except on Debian 12 and Ubuntu 23.04 and later, where it
 # is the package libclang-rt-dev: fetched only when a fuzz target does not link without it.
-if ! echo 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned long) { return 0; }' |
+if [[ $purpose != main-job ]] &&
+   ! echo 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned long) { return 0; }' |
      clang++ -x c++ -fsanitize=fuzzer - -o /dev/null 2>/dev/null; then
   echo "installing: libclang-rt-dev (libFuzzer)"
   apt-get update -qq
@@ -32,7 +48,7 @@ fi
 
 # The CUDA kernels (built only where nvcc is) use cuDNN's attention through the header-only
 # cudnn-frontend; its pip wheel carries the headers (cmake/FindCudnnFrontend.cmake finds them).
-if command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]]; then
+if ((has_nvcc)); then
   python3 -c "import sysconfig, os, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()['purelib'], 'include', 'cudnn_frontend.h')))" ||
     python3 -m pip install --quiet --no-deps nvidia-cudnn-frontend  # only its headers are used
   # spattn's own Hopper kernels are written with the header-only CUTLASS/CuTe of this wheel
@@ -41,7 +57,7 @@ if command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]]; then
     python3 -m pip install --quiet --no-deps nvidia-cutlass==4.2.0.0
 fi
 
-((with_python)) || exit 0
+[[ $purpose == tests ]] || exit 0
 
 # The Python package (`pip install .`): scikit-build-core and nanobind build it, torch runs it,
 # pytest (and numpy, which torch warns without) test it, transformers for spattn.huggingface's test.
