@@ -3,9 +3,9 @@
 Drop-in functions with ring-flash-attn's signatures (ring_flash_attn_func, zigzag_ring_flash_attn_func,
 their kvpacked/qkvpacked forms) and the same shape for every other spattn strategy
 (ulysses_attn_func, hamilton_attn_func, hamilton2_attn_func, allgather_attn_func, usp_attn_func),
-the UlyssesAttention module, and auto_select (the strategy the cost model expects to be fastest,
-as a function to call). CPU tensors run over
-MPI (launch with mpiexec); CUDA tensors over NCCL in a SPATTN_CUDA=ON build (in progress). Call
+the UlyssesAttention module, yunchang's set_seq_parallel_pg and LongContextAttention (USP), and
+auto_select (the strategy the cost model expects to be fastest, as a function to call). CPU tensors
+run over MPI (launch with mpiexec); CUDA tensors over NCCL in a SPATTN_CUDA=ON build. Call
 setup_distributed() first.
 """
 
@@ -32,6 +32,7 @@ from .functional import (
     zigzag_ring_flash_attn_qkvpacked_func,
 )
 from .layout import SequenceLayout, sequence_layout
+from .long_context import PROCESS_GROUP, LongContextAttention, set_seq_parallel_pg
 from .modules import UlyssesAttention
 from .plans import cached_plan_count, clear_plan_cache
 from .selection import SelectedStrategy, StrategyEstimate, auto_select, estimate_strategies
@@ -63,6 +64,9 @@ __all__ = [
     "cached_plan_count",
     "clear_plan_cache",
     "UlyssesAttention",
+    "LongContextAttention",
+    "PROCESS_GROUP",
+    "set_seq_parallel_pg",
     "SelectedStrategy",
     "StrategyEstimate",
     "auto_select",
