@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import socket
@@ -104,7 +105,16 @@ def setup_distributed(backend: Optional[str] = None, timeout: Optional[timedelta
             address, port = _store_address(launch)
             options["init_method"] = f"tcp://{address}:{port}"
         dist.init_process_group(**options)
+        # The group spattn made goes at exit while Python is whole (before spattn's communicators,
+        # registered earlier, so released later): a gloo group left to the interpreter's teardown
+        # can end the process in std::terminate with its threads still joinable.
+        atexit.register(_destroy_process_group)
     return dist.get_rank(), dist.get_world_size(), _default_device
+
+
+def _destroy_process_group() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def default_device() -> torch.device:
