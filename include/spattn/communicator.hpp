@@ -107,11 +107,19 @@ class Communicator {
   virtual void host_all_gather(const void* send, void* receive, std::size_t bytes_per_rank) = 0;
 };
 
+/// One number of a call that every rank must agree on, named so that a disagreement says which.
+struct CallField {
+  const char* name;                         // e.g. "seq"
+  int64_t value;
+  std::string (*show)(int64_t) = nullptr;   // how a value reads (e.g. "bf16"); null: the number
+};
+
 /// Agreement before any transfer, in one small collective. Every rank passes its own verdict
-/// (empty when its inputs are valid) and a signature of the call (the numbers every rank must
+/// (empty when its inputs are valid) and a signature of the call (the fields every rank must
 /// agree on: global shape, dtype, mask, ...). When any verdict is an error, or any signature
-/// differs from rank 0's, every rank throws the same Error, naming the rank at fault.
+/// differs from rank 0's, every rank throws the same Error, naming the rank at fault and, for a
+/// disagreement, each field that differs with both ranks' values.
 void agree_on_call(Communicator& communicator, const std::string& local_error,
-                   const std::vector<int64_t>& call_signature);
+                   const std::vector<CallField>& call_signature);
 
 }  // namespace spattn

@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 
 from .functional import AttentionResult, usp_attn_func
+from .modules import refuse_unsupported_call_arguments
 
 _HEAD_DIM = 2
 _SEQUENCE_DIM = 1
@@ -135,10 +136,9 @@ class LongContextAttention(torch.nn.Module):
         self.gather_idx = gather_idx
         self.ring_impl_type = ring_impl_type
         self.across = RING_IMPLEMENTATIONS[ring_impl_type]
-        self.use_pack_qkv = use_pack_qkv
-        self.use_sync = use_sync
-        self.attn_type = attn_type
         self.kernel = kernel
+        # Accepted for yunchang's signature; spattn packs and orders its transfers itself.
+        self.use_pack_qkv, self.use_sync, self.attn_type = use_pack_qkv, use_sync, attn_type
 
     def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, dropout_p: float = 0.0,
                 softmax_scale: Optional[float] = None, causal: bool = False,
@@ -146,10 +146,7 @@ class LongContextAttention(torch.nn.Module):
                 alibi_slopes: Optional[torch.Tensor] = None, deterministic: bool = False,
                 return_attn_probs: bool = False, *args: Any) -> AttentionResult:
         """query (B, S_local, H, D), key and value (B, S_local, HK, D) -> (B, S_local, H, D)."""
-        if softcap != 0.0:
-            raise ValueError(f"softcap={softcap} is not supported: spattn applies no logit soft-capping; allowed: 0.0")
-        if args:
-            raise TypeError(f"LongContextAttention.forward got {len(args)} unexpected extra positional arguments")
+        refuse_unsupported_call_arguments("LongContextAttention", softcap, args)
         return usp_attn_func(query, key, value, dropout_p, softmax_scale, causal, window_size, alibi_slopes,
                              deterministic, return_attn_probs, self.sequence_parallel_pg, inner=self.ulysses_degree,
                              across=self.across, kernel=self.kernel)

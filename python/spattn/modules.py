@@ -14,6 +14,15 @@ from .functional import AttentionResult, ulysses_attn_func
 INDEX_CONVENTIONS = {(2, 1): "(B, S_local, H, D)", (2, 0): "(S_local, B, H, D)"}
 
 
+def refuse_unsupported_call_arguments(module: str, softcap: float, extra_positional: Tuple[Any, ...]) -> None:
+    """The forward arguments of the original modules that spattn cannot honour (the functions
+    refuse the others: dropout, ALiBi)."""
+    if softcap != 0.0:
+        raise ValueError(f"softcap={softcap} is not supported: spattn applies no logit soft-capping; allowed: 0.0")
+    if extra_positional:
+        raise TypeError(f"{module}.forward got {len(extra_positional)} unexpected extra positional arguments")
+
+
 class UlyssesAttention(torch.nn.Module):
     """Ulysses attention over `sequence_process_group`: an all-to-all from sequence shards to
     head shards, exact attention of the whole sequence on H/N heads, and back.
@@ -47,10 +56,7 @@ class UlyssesAttention(torch.nn.Module):
                 return_attn_probs: bool = False, *args: Any) -> AttentionResult:
         """query (B, S_local, H, D), key and value (B, S_local, HK, D) -> (B, S_local, H, D), or
         each with its first two dimensions swapped for gather_idx=0."""
-        if softcap != 0.0:
-            raise ValueError(f"softcap={softcap} is not supported: spattn applies no logit soft-capping; allowed: 0.0")
-        if args:
-            raise TypeError(f"UlyssesAttention.forward got {len(args)} unexpected extra positional arguments")
+        refuse_unsupported_call_arguments("UlyssesAttention", softcap, args)
         sequence_first = self.gather_idx == 0
         if sequence_first:  # (S_local, B, H, D) -> (B, S_local, H, D), differentiable
             query, key, value = (x.transpose(0, 1) if isinstance(x, torch.Tensor) else x for x in (query, key, value))

@@ -28,6 +28,10 @@ struct RankMachine {
   int devices = 0;  // visible devices of the requested kind
 };
 
+// How the agreed fields read in an error.
+std::string show_device_kind(int64_t kind) { return static_cast<DeviceKind>(kind) == DeviceKind::cpu ? "cpu" : "cuda"; }
+std::string show_transport(int64_t transport) { return transport_name(static_cast<Transport>(transport)); }
+
 bool nccl_built() {
 #ifdef SPATTN_WITH_NCCL
   return true;
@@ -111,7 +115,9 @@ DevicePlacement place_on_devices(Communicator& world, DeviceKind kind, Transport
               "fewer ranks per machine";
     }
   }
-  agree_on_call(world, error, {static_cast<int64_t>(kind), static_cast<int64_t>(transport)});
+  agree_on_call(world, error,
+                {{"device", static_cast<int64_t>(kind), show_device_kind}, {"transport", static_cast<int64_t>(transport),
+                                                                           show_transport}});
   return placement;
 }
 

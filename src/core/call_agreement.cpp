@@ -22,11 +22,24 @@ struct CallRecord {
   char message[kMessageBytes] = {};
 };
 
-std::string describe_signature(const CallRecord& record) {
+// "seq=4096, heads=8": the fields of `values` that differ from `other`, named and shown as this
+// rank's signature says (every rank builds the same fields for the same call).
+std::string differing_fields(const std::vector<CallField>& fields, const CallRecord& values, const CallRecord& other) {
   std::ostringstream text;
-  text << "(";
-  for (int64_t i = 0; i < record.signature_length; ++i) text << (i ? ", " : "") << record.signature[i];
-  text << ")";
+  const int64_t common = std::min(values.signature_length, other.signature_length);
+  bool first = true;
+  for (int64_t i = 0; i < common; ++i) {
+    if (values.signature[i] == other.signature[i]) continue;
+    const bool named = i < static_cast<int64_t>(fields.size());
+    text << (first ? "" : ", ") << (named ? fields[static_cast<std::size_t>(i)].name : "field") << "=";
+    if (named && fields[static_cast<std::size_t>(i)].show)
+      text << fields[static_cast<std::size_t>(i)].show(values.signature[i]);
+    else
+      text << values.signature[i];
+    first = false;
+  }
+  if (values.signature_length != other.signature_length)
+    text << (first ? "" : ", ") << values.signature_length << " fields";
   return text.str();
 }
 
@@ -39,13 +52,13 @@ std::string without_prefix(std::string message) {
 }  // namespace
 
 void agree_on_call(Communicator& communicator, const std::string& local_error,
-                   const std::vector<int64_t>& call_signature) {
+                   const std::vector<CallField>& call_signature) {
   SPATTN_CHECK(call_signature.size() <= kMaxSignature,
-               "a call signature has at most " << kMaxSignature << " numbers, got " << call_signature.size());
+               "a call signature has at most " << kMaxSignature << " fields, got " << call_signature.size());
   CallRecord mine;
   mine.failed = local_error.empty() ? 0 : 1;
   mine.signature_length = static_cast<int64_t>(call_signature.size());
-  std::copy(call_signature.begin(), call_signature.end(), mine.signature);
+  for (std::size_t i = 0; i < call_signature.size(); ++i) mine.signature[i] = call_signature[i].value;
   std::memcpy(mine.message, local_error.data(), std::min(local_error.size(), kMessageBytes - 1));
 
   const int ranks = communicator.size();
@@ -64,10 +77,11 @@ void agree_on_call(Communicator& communicator, const std::string& local_error,
     const CallRecord& record = records[static_cast<std::size_t>(rank)];
     const bool same = record.signature_length == first.signature_length &&
                       std::equal(record.signature, record.signature + record.signature_length, first.signature);
-    SPATTN_CHECK(same, "ranks disagree on the call: rank 0 has " << describe_signature(first) << ", rank " << rank
-                                                                  << " has " << describe_signature(record)
-                                                                  << "; every rank must pass the same global shape, "
-                                                                     "dtype and options (mask, scale and kernel)");
+    SPATTN_CHECK(same, "ranks disagree on the call: rank 0 has "
+                           << differing_fields(call_signature, first, record) << " but rank " << rank << " has "
+                           << differing_fields(call_signature, record, first)
+                           << "; every rank must pass the same global shape, dtype and options (mask, scale and "
+                              "kernel)");
   }
 }
 

@@ -32,12 +32,12 @@ std::string two_level_error(int ranks_per_node, int nodes) {
     message << "nodes must be at least 1 for the two-level scheme (got " << nodes << ")";
   } else if (ranks_per_node % 2 == 1 && ranks_per_node != 1) {
     message << "the two-level scheme needs an even number of ranks per node, or 1 (got " << ranks_per_node
-            << "): only then do the node's zig-zag paths cover each link once; use --algo hamilton";
+            << "): only then do the node's zig-zag paths cover each link once; use the hamilton algorithm";
   } else if (nodes == 1 && ranks_per_node > 1) {
     // The m node paths already use all m(m-1) links of the node, so closing each path within the
     // node would send two slots over some link at every step.
     message << "the two-level scheme needs at least 2 nodes when a node has more than one rank (got 1 node of "
-            << ranks_per_node << " ranks); use --algo hamilton on a single node";
+            << ranks_per_node << " ranks); use the hamilton algorithm on a single node";
   }
   return message.str();
 }

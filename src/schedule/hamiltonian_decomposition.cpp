@@ -250,7 +250,7 @@ std::string hamiltonian_decomposition_error(int ranks) {
     message << "ranks must be at least 1 for a Hamiltonian decomposition (got " << ranks << ")";
   } else if (ranks == 4 || ranks == 6) {
     message << "no decomposition of the complete directed graph on " << ranks << " ranks into " << ranks - 1
-            << " Hamiltonian cycles exists (n = 4 and 6 are the only exceptions); use --algo ring, zigzag or ulysses at "
+            << " Hamiltonian cycles exists (n = 4 and 6 are the only exceptions); use the ring, zigzag or ulysses algorithm at "
             << ranks << " ranks, or hamilton at another rank count";
   }
   return message.str();

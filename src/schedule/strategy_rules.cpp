@@ -7,13 +7,10 @@
 #include "spattn/error.hpp"
 
 namespace spattn {
-namespace {
 
 bool is_single_level_rotation(Algorithm algorithm) {
   return algorithm == Algorithm::ring || algorithm == Algorithm::zigzag || algorithm == Algorithm::hamilton;
 }
-
-}  // namespace
 
 RotationForm rotation_form(Algorithm algorithm, int ranks, bool causal, int nodes) {
   // The Hamiltonian schemes balance causal work over the zigzag layout; without a causal mask

@@ -30,6 +30,9 @@ struct RotationForm {
 /// rotate.
 RotationForm rotation_form(Algorithm algorithm, int ranks, bool causal, int nodes);
 
+/// Ring, zigzag and hamilton: the rotations of one level (what usp runs across its groups).
+bool is_single_level_rotation(Algorithm algorithm);
+
 /// The cycles of that form. Throws Error with cycles_error when there are none.
 RankCycles rotation_cycles(Algorithm algorithm, int ranks, int nodes);
 

@@ -20,8 +20,6 @@ namespace spattn {
 
 namespace {
 
-constexpr int64_t kAllGatherStrategyId = 6;
-
 // At most this many steps: each step's gather is exposed only at the first, but every step is one
 // more round of cuDNN calls, which run below their best rate on few heads at short lengths.
 constexpr int64_t kMaxHeadGroups = 4;
@@ -83,7 +81,7 @@ class AllGatherStrategy final : public Strategy {
                Profile* profile) override {
     bind_to_stream(device_stream, *kernels, comm);
     agree_on_call(comm, forward_arguments_error(shape, local_seq, kernels->device(), q, k, v, out, lse),
-                  call_signature(kAllGatherStrategyId, shape, options));
+                  call_signature(Algorithm::allgather, shape, options));
     ensure_workspace(/*backward=*/false);
     ProfileRecorder recorder(profile, groups, *kernels, "forward");
     std::unique_ptr<PendingTransfer> gather;
@@ -104,7 +102,7 @@ class AllGatherStrategy final : public Strategy {
     bind_to_stream(device_stream, *kernels, comm);
     agree_on_call(comm,
                   backward_arguments_error(shape, local_seq, kernels->device(), q, k, v, out, lse, dout, dq, dk, dv),
-                  call_signature(kAllGatherStrategyId, shape, options));
+                  call_signature(Algorithm::allgather, shape, options));
     ensure_workspace(/*backward=*/true);
     ProfileRecorder recorder(profile, groups, *kernels, "backward");
     std::unique_ptr<PendingTransfer> gather, reduction;
@@ -136,7 +134,7 @@ class AllGatherStrategy final : public Strategy {
     const std::string error =
         first_error({caller_error, shape_and_options_error(shape, options, comm.device()),
                      allgather_error(shape, comm.size())});
-    agree_on_call(comm, error, call_signature(kAllGatherStrategyId, shape, options));
+    agree_on_call(comm, error, call_signature(Algorithm::allgather, shape, options));
     return SequenceLayout(LayoutKind::zigzag, shape.seq, comm.size());
   }
 

@@ -100,14 +100,45 @@ std::string first_error(std::initializer_list<std::string> errors) {
   return "";
 }
 
-std::vector<int64_t> call_signature(int64_t strategy_id, const AttentionShape& shape, const AttentionOptions& options) {
-  int32_t scale_bits = 0;
-  if (options.softmax_scale) std::memcpy(&scale_bits, &*options.softmax_scale, sizeof scale_bits);
-  return {strategy_id,         shape.batch,         shape.seq,
-          shape.heads,         shape.kv_heads,      shape.head_dim,
-          static_cast<int64_t>(shape.dtype), options.causal ? 1 : 0, options.window_left,
-          options.window_right, options.softmax_scale ? 1 : 0, scale_bits,
-          static_cast<int64_t>(options.kernel)};
+std::string show_algorithm(int64_t algorithm) { return algorithm_name(static_cast<Algorithm>(algorithm)); }
+
+namespace {
+
+std::string show_dtype(int64_t dtype) { return dtype_name(static_cast<DType>(dtype)); }
+std::string show_kernel(int64_t kernel) { return kernel_choice_name(static_cast<KernelChoice>(kernel)); }
+std::string show_flag(int64_t flag) { return flag ? "true" : "false"; }
+// A given scale travels as its float's bits (exact), none as -1.
+std::string show_scale(int64_t bits) {
+  if (bits < 0) return "none (1/sqrt(head_dim))";
+  const uint32_t pattern = static_cast<uint32_t>(bits);
+  float scale = 0.0f;
+  std::memcpy(&scale, &pattern, sizeof scale);
+  std::ostringstream text;
+  text << scale;
+  return text.str();
+}
+
+}  // namespace
+
+std::vector<CallField> call_signature(Algorithm algorithm, const AttentionShape& shape, const AttentionOptions& options) {
+  int64_t scale = -1;
+  if (options.softmax_scale) {
+    uint32_t bits = 0;
+    std::memcpy(&bits, &*options.softmax_scale, sizeof bits);
+    scale = bits;
+  }
+  return {{"algorithm", static_cast<int64_t>(algorithm), show_algorithm},
+          {"batch", shape.batch},
+          {"seq", shape.seq},
+          {"heads", shape.heads},
+          {"kv_heads", shape.kv_heads},
+          {"head_dim", shape.head_dim},
+          {"dtype", static_cast<int64_t>(shape.dtype), show_dtype},
+          {"causal", options.causal ? 1 : 0, show_flag},
+          {"window_left", options.window_left},
+          {"window_right", options.window_right},
+          {"softmax_scale", scale, show_scale},
+          {"kernel", static_cast<int64_t>(options.kernel), show_kernel}};
 }
 
 float resolved_scale(const AttentionShape& shape, const AttentionOptions& options) {

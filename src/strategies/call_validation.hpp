@@ -11,6 +11,8 @@
 
 #include "spattn/attention_options.hpp"
 #include "spattn/attention_shape.hpp"
+#include "spattn/communicator.hpp"
+#include "spattn/distributed_attention.hpp"
 #include "spattn/tensor.hpp"
 
 namespace spattn {
@@ -44,8 +46,12 @@ std::pair<AttentionShape, std::string> global_shape_of(const TensorView& q, cons
 /// The first non-empty message of `errors`.
 std::string first_error(std::initializer_list<std::string> errors);
 
-/// The numbers that every rank of one call must agree on.
-std::vector<int64_t> call_signature(int64_t strategy_id, const AttentionShape& shape, const AttentionOptions& options);
+/// The fields that every rank of one call must agree on: the algorithm, the global shape, dtype
+/// and options (strategies with degrees add theirs).
+std::vector<CallField> call_signature(Algorithm algorithm, const AttentionShape& shape, const AttentionOptions& options);
+
+/// A degree's field, shown as an algorithm's name (usp's scheme across its groups).
+std::string show_algorithm(int64_t algorithm);
 
 /// The softmax scale of the call: the option, or 1/sqrt(head_dim).
 float resolved_scale(const AttentionShape& shape, const AttentionOptions& options);

@@ -31,14 +31,20 @@ struct KvTensors {
 // One KvTensors per slot.
 using SlotSet = std::vector<KvTensors>;
 
-// What distinguishes the rotation strategies: their id in the agreed call signature, and the
-// algorithm and node count whose form and cycles schedule/strategy_rules.hpp gives (the cycles
-// built only once the ranks agree that they exist).
+// What distinguishes the rotation strategies: the algorithm and node count whose form and cycles
+// schedule/strategy_rules.hpp gives (the cycles built only once the ranks agree that they exist).
 struct RotationKind {
-  int64_t strategy_id = 0;
   Algorithm algorithm = Algorithm::ring;
   int nodes = 1;
 };
+
+// What every rank of a rotation's call agrees on; hamilton2's node count too.
+std::vector<CallField> rotation_signature(const RotationKind& kind, const AttentionShape& shape,
+                                          const AttentionOptions& options) {
+  std::vector<CallField> signature = call_signature(kind.algorithm, shape, options);
+  if (kind.algorithm == Algorithm::hamilton2) signature.push_back({"nodes", kind.nodes});
+  return signature;
+}
 
 }  // namespace
 
@@ -49,7 +55,7 @@ class RotationStrategy final : public Strategy {
       : comm(communicator),
         shape(call_shape),
         options(call_options),
-        strategy(kind.strategy_id),
+        signature(rotation_signature(kind, call_shape, call_options)),
         sequence_layout(agreed_layout(kind, caller_error)),
         schedule(rotation_cycles(kind.algorithm, communicator.size(), kind.nodes), communicator.size()),
         kernels(make_block_kernels(communicator.device(), call_options.kernel)),
@@ -71,7 +77,7 @@ class RotationStrategy final : public Strategy {
                Profile* profile) override {
     bind_to_stream(device_stream, *kernels, comm);
     agree_on_call(comm, forward_arguments_error(shape, local_seq(), kernels->device(), q, k, v, out, lse),
-                  call_signature(strategy, shape, options));
+                  signature);
     ensure_forward_workspace();
     ProfileRecorder recorder(profile, ranks, *kernels, "forward");
     int current = 0;
@@ -102,7 +108,7 @@ class RotationStrategy final : public Strategy {
     bind_to_stream(device_stream, *kernels, comm);
     agree_on_call(comm,
                   backward_arguments_error(shape, local_seq(), kernels->device(), q, k, v, out, lse, dout, dq, dk, dv),
-                  call_signature(strategy, shape, options));
+                  signature);
     ensure_backward_workspace();
     ProfileRecorder recorder(profile, ranks, *kernels, "backward");
     int current = 0;
@@ -163,7 +169,7 @@ class RotationStrategy final : public Strategy {
     const std::string error =
         first_error({caller_error, shape_and_options_error(shape, options, comm.device()),
                      rotation_error(kind.algorithm, shape.seq, comm.size(), options.causal, kind.nodes)});
-    agree_on_call(comm, error, call_signature(strategy, shape, options));
+    agree_on_call(comm, error, signature);
     return SequenceLayout(rotation_form(kind.algorithm, comm.size(), options.causal, kind.nodes).layout, shape.seq,
                           comm.size());
   }
@@ -351,7 +357,7 @@ class RotationStrategy final : public Strategy {
   Communicator& comm;
   const AttentionShape shape;
   const AttentionOptions options;
-  const int64_t strategy;
+  const std::vector<CallField> signature;
   const SequenceLayout sequence_layout;
   const CycleSchedule schedule;
   std::unique_ptr<BlockKernels> kernels;
@@ -393,24 +399,15 @@ class RotationStrategy final : public Strategy {
 std::unique_ptr<Strategy> make_rotation_strategy(Algorithm algorithm, Communicator& communicator,
                                                  const AttentionShape& shape, const AttentionOptions& options,
                                                  const std::string& caller_error) {
-  // Ids in the call signature that ranks agree on (ring 1, zigzag 2, hamilton 4, hamilton2 5).
-  int64_t strategy_id = 0;
-  switch (algorithm) {
-    case Algorithm::ring: strategy_id = 1; break;
-    case Algorithm::zigzag: strategy_id = 2; break;
-    case Algorithm::hamilton: strategy_id = 4; break;
-    default:
-      SPATTN_FAIL("'" << algorithm_name(algorithm)
-                      << "' is not a single-level rotation; allowed: ring, zigzag, hamilton");
-  }
-  return std::make_unique<RotationStrategy>(communicator, RotationKind{strategy_id, algorithm, 1}, shape, options,
-                                            caller_error);
+  SPATTN_CHECK(is_single_level_rotation(algorithm),
+               "'" << algorithm_name(algorithm) << "' is not a single-level rotation; allowed: ring, zigzag, hamilton");
+  return std::make_unique<RotationStrategy>(communicator, RotationKind{algorithm, 1}, shape, options, caller_error);
 }
 
 std::unique_ptr<Strategy> make_two_level_hamilton_strategy(Communicator& communicator, int nodes,
                                                            const AttentionShape& shape, const AttentionOptions& options,
                                                            const std::string& caller_error) {
-  return std::make_unique<RotationStrategy>(communicator, RotationKind{5, Algorithm::hamilton2, nodes}, shape, options,
+  return std::make_unique<RotationStrategy>(communicator, RotationKind{Algorithm::hamilton2, nodes}, shape, options,
                                             caller_error);
 }
 

@@ -164,7 +164,7 @@ class UlyssesStrategy final : public Strategy {
  public:
   // The arguments are validated and agreed on by every rank of `world` (see the factories);
   // `signature` is what every later call agrees on.
-  UlyssesStrategy(Communicator& every_rank, AcrossGroups wiring, SequenceLayout layout, std::vector<int64_t> signature,
+  UlyssesStrategy(Communicator& every_rank, AcrossGroups wiring, SequenceLayout layout, std::vector<CallField> signature,
                   const AttentionShape& call_shape, const AttentionOptions& call_options)
       : world(every_rank),
         across(std::move(wiring)),
@@ -478,7 +478,7 @@ class UlyssesStrategy final : public Strategy {
   AcrossGroups across;
   Communicator& comm;   // the ranks that trade heads for tokens: the group, or the world
   const AttentionShape shape;
-  const std::vector<int64_t> signature;
+  const std::vector<CallField> signature;
   const SequenceLayout sequence_layout;
   std::unique_ptr<BlockKernels> kernels;
   void* device_stream = nullptr;  // see set_stream
@@ -525,18 +525,10 @@ class UlyssesStrategy final : public Strategy {
   BackwardBlock backward_block;
 };
 
-namespace {
-
-// Identifies the strategies in the call signature that ranks agree on (ring 1, zigzag 2, ...).
-constexpr int64_t kUlyssesId = 3;
-constexpr int64_t kUspId = 7;
-
-}  // namespace
-
 std::unique_ptr<Strategy> make_ulysses_strategy(Communicator& communicator, const AttentionShape& shape,
                                                 const AttentionOptions& options, const std::string& caller_error) {
   const int ranks = communicator.size();
-  const std::vector<int64_t> signature = call_signature(kUlyssesId, shape, options);
+  const std::vector<CallField> signature = call_signature(Algorithm::ulysses, shape, options);
   agree_on_call(communicator,
                 first_error({caller_error, shape_and_options_error(shape, options, communicator.device()),
                              ulysses_error(shape, ranks)}),
@@ -557,9 +549,9 @@ std::unique_ptr<Strategy> make_usp_strategy(Communicator& communicator, int inne
   std::string error = first_error({caller_error, shape_and_options_error(shape, options, communicator.device())});
   if (error.empty()) error = usp_error(shape, ranks, inner, across_algorithm, options.causal);
   // The degree and the scheme join the signature, so ranks given different ones refuse together.
-  std::vector<int64_t> signature = call_signature(kUspId, shape, options);
-  signature.push_back(ranks_per_group);
-  signature.push_back(static_cast<int64_t>(across_algorithm));
+  std::vector<CallField> signature = call_signature(Algorithm::usp, shape, options);
+  signature.push_back({"inner", ranks_per_group});
+  signature.push_back({"across", static_cast<int64_t>(across_algorithm), show_algorithm});
   agree_on_call(communicator, error, signature);
 
   // Group g is ranks [g N1, (g + 1) N1), meant to be the ranks of fast links.

@@ -95,7 +95,24 @@ TEST(BadInput, RanksDisagreeOnTheShape) {
   if (world().size() < 2) GTEST_SKIP() << "needs two ranks to disagree";
   // Rank 0 holds 4 tokens, the others 6: no rank can tell alone, together they must refuse.
   Shard shard(world().rank() == 0 ? 4 : 6, 2, 2, 16);
-  EXPECT_THAT(error_of([&] { shard.zigzag_forward(); }), HasSubstr("ranks disagree on the call"));
+  const int ranks = world().size();
+  // Named, with both values, on every rank.
+  EXPECT_THAT(error_of([&] { shard.zigzag_forward(); }),
+              HasSubstr("ranks disagree on the call: rank 0 has seq=" + std::to_string(4 * ranks) + " but rank 1 has seq=" +
+                        std::to_string(6 * ranks) + "; every rank must pass the same global shape"));
+}
+
+TEST(BadInput, RanksDisagreeOnTheMaskAndScale) {
+  if (world().size() < 2) GTEST_SKIP() << "needs two ranks to disagree";
+  Shard shard(4, 2, 2, 16);
+  AttentionOptions options;
+  if (world().rank() == 0) {
+    options.causal = true;
+    options.softmax_scale = 0.5f;
+  }
+  EXPECT_THAT(error_of([&] { shard.zigzag_forward(options); }),
+              HasSubstr("rank 0 has causal=true, softmax_scale=0.5 but rank 1 has causal=false, "
+                        "softmax_scale=none (1/sqrt(head_dim))"));
 }
 
 TEST(BadInput, PlanRejectsTensorsOfAnotherShape) {
@@ -147,6 +164,19 @@ TEST(BadInput, TwoLevelNodesMustDivideTheRanks) {
   } else {
     EXPECT_THAT(error, HasSubstr("hamilton2 needs the ranks (" + std::to_string(ranks) + ") to be a multiple of the nodes (3)"));
   }
+}
+
+TEST(BadInput, TwoLevelRanksDisagreeOnTheNodes) {
+  const int ranks = world().size();
+  if (ranks < 4 || ranks % 2) GTEST_SKIP() << "two valid node counts need an even number of ranks, 4 or more";
+  // Nodes of one rank (m = 1) on rank 0, at least two nodes of two ranks (m = 2) elsewhere: each
+  // valid alone.
+  StrategyOptions nodes;
+  nodes.nodes = world().rank() == 0 ? ranks : ranks / 2;
+  const std::string error =
+      plan_error(Algorithm::hamilton2, AttentionShape{1, 2 * ranks * 12, 2, 2, 16, DType::f32}, {}, nodes);
+  EXPECT_THAT(error, HasSubstr("ranks disagree on the call: rank 0 has nodes=" + std::to_string(ranks) +
+                               " but rank 1 has nodes=" + std::to_string(ranks / 2)));
 }
 
 TEST(BadInput, CudaKernelChoicesOnTheCpuAreRefusedByEveryStrategy) {

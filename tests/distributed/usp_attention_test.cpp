@@ -181,7 +181,8 @@ TEST(UspBadInput, RanksDisagreeOnInner) {
   // Both degrees are valid; only their difference is wrong.
   const int inner = world().rank() == 0 ? 1 : ranks;
   const AttentionShape shape{1, test_length(ranks), 2 * ranks, ranks, 16, DType::f32};
-  EXPECT_THAT(usp_plan_error(shape, inner), HasSubstr("ranks disagree on the call"));
+  EXPECT_THAT(usp_plan_error(shape, inner),
+              HasSubstr("ranks disagree on the call: rank 0 has inner=1 but rank 1 has inner=" + std::to_string(ranks)));
 }
 
 // One rank's bad output tensor is refused by every rank, the other groups included, rather than
