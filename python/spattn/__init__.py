@@ -4,7 +4,8 @@ Drop-in functions with ring-flash-attn's signatures (ring_flash_attn_func, zigza
 their kvpacked/qkvpacked forms) and the same shape for every other spattn strategy
 (ulysses_attn_func, hamilton_attn_func, hamilton2_attn_func, allgather_attn_func, usp_attn_func),
 the UlyssesAttention module, yunchang's set_seq_parallel_pg and LongContextAttention (USP), and
-auto_select (the strategy the cost model expects to be fastest, as a function to call). CPU tensors
+auto_select (the strategy the cost model expects to be fastest, as a function to call), and
+profile() (where each call's time went, per step). CPU tensors
 run over MPI (launch with mpiexec); CUDA tensors over NCCL in a SPATTN_CUDA=ON build. Call
 setup_distributed() first.
 """
@@ -35,6 +36,7 @@ from .layout import SequenceLayout, sequence_layout
 from .long_context import PROCESS_GROUP, LongContextAttention, set_seq_parallel_pg
 from .modules import UlyssesAttention
 from .plans import cached_plan_count, clear_plan_cache
+from .profiling import CallProfile, StepProfile, profile
 from .selection import SelectedStrategy, StrategyEstimate, auto_select, estimate_strategies
 
 __version__ = _core.build_info()["version"]
@@ -62,6 +64,9 @@ __all__ = [
     "SequenceLayout",
     "sequence_layout",
     "cached_plan_count",
+    "CallProfile",
+    "StepProfile",
+    "profile",
     "clear_plan_cache",
     "UlyssesAttention",
     "LongContextAttention",

@@ -108,10 +108,22 @@ class Plan:
     def chunks(self, rank: int) -> List[Tuple[int, int, int]]: ...
     def set_stream(self, stream: int) -> None: ...
     def synchronize(self) -> None: ...
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor) -> None: ...
+    def forward(
+        self, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, profile: bool = False
+    ) -> Optional[Dict[str, Any]]: ...
     def backward(
-        self, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, dout: Tensor, dq: Tensor, dk: Tensor, dv: Tensor
-    ) -> None: ...
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        out: Tensor,
+        lse: Tensor,
+        dout: Tensor,
+        dq: Tensor,
+        dk: Tensor,
+        dv: Tensor,
+        profile: bool = False,
+    ) -> Optional[Dict[str, Any]]: ...
 
 def local_forward(
     q: Tensor,

@@ -20,7 +20,7 @@ from typing import Any, Optional, Tuple, Union
 
 import torch
 
-from . import _core
+from . import _core, profiling
 from .communicator import communicator_for, raise_on_every_rank
 from .plans import dtype_name, get_plan
 
@@ -45,7 +45,7 @@ class DistributedAttentionFunction(torch.autograd.Function):
         out = torch.empty_like(q, memory_format=torch.contiguous_format)  # (B, S_local, H, D)
         lse = torch.empty((batch, heads, local_seq), dtype=torch.float32, device=q.device)  # (B, H, S_local)
         _follow_current_stream(plan, q.device)
-        plan.forward(q, k, v, out, lse)
+        profiling.record(plan.algorithm, "forward", plan.forward(q, k, v, out, lse, profile=profiling.recording()))
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.plan = plan
         ctx.mark_non_differentiable(lse)
@@ -56,7 +56,9 @@ class DistributedAttentionFunction(torch.autograd.Function):
         q, k, v, out, lse = ctx.saved_tensors
         dq, dk, dv = (torch.empty_like(x, memory_format=torch.contiguous_format) for x in (q, k, v))
         _follow_current_stream(ctx.plan, q.device)
-        ctx.plan.backward(q, k, v, out, lse, dout.detach().to(q.dtype).contiguous(), dq, dk, dv)
+        timing = ctx.plan.backward(q, k, v, out, lse, dout.detach().to(q.dtype).contiguous(), dq, dk, dv,
+                                   profile=profiling.recording())
+        profiling.record(ctx.plan.algorithm, "backward", timing)
         return dq, dk, dv, None
 
 

@@ -23,6 +23,7 @@
 #include "spattn/error.hpp"
 #include "spattn/local_attention.hpp"
 #include "spattn/mpi_communicator.hpp"
+#include "spattn/profile.hpp"
 #ifdef SPATTN_WITH_NCCL
 #include "spattn/nccl_communicator.hpp"
 #endif
@@ -98,11 +99,17 @@ class Plan {
   // torch.cuda.current_stream().cuda_stream; 0 is the legacy default stream). Ignored on the CPU.
   void set_stream(std::uintptr_t stream) { attention_->set_stream(reinterpret_cast<void*>(stream)); }
 
-  void forward(const Array& q, const Array& k, const Array& v, const Array& out, const Array& lse) {
+  nb::object forward(const Array& q, const Array& k, const Array& v, const Array& out, const Array& lse, bool profile) {
     const TensorView views[] = {tensor_from_dlpack("q", q), tensor_from_dlpack("k", k), tensor_from_dlpack("v", v),
                                 tensor_from_dlpack("out", out), tensor_from_dlpack("lse", lse)};
-    nb::gil_scoped_release release;
-    attention_->forward(views[0], views[1], views[2], views[3], views[4]);
+    Profile timing;
+    timing.per_step = true;
+    {
+      nb::gil_scoped_release release;
+      attention_->forward(views[0], views[1], views[2], views[3], views[4], profile ? &timing : nullptr);
+    }
+    if (!profile) return nb::none();
+    return profile_dict(timing);
   }
 
   // Waits for the device and raises the error of a transfer that failed after its call returned.
@@ -111,18 +118,44 @@ class Plan {
     attention_->synchronize();
   }
 
-  void backward(const Array& q, const Array& k, const Array& v, const Array& out, const Array& lse, const Array& dout,
-                const Array& dq, const Array& dk, const Array& dv) {
+  nb::object backward(const Array& q, const Array& k, const Array& v, const Array& out, const Array& lse, const Array& dout,
+                const Array& dq, const Array& dk, const Array& dv, bool profile) {
     const TensorView views[] = {tensor_from_dlpack("q", q),       tensor_from_dlpack("k", k),
                                 tensor_from_dlpack("v", v),       tensor_from_dlpack("out", out),
                                 tensor_from_dlpack("lse", lse),   tensor_from_dlpack("dout", dout),
                                 tensor_from_dlpack("dq", dq),     tensor_from_dlpack("dk", dk),
                                 tensor_from_dlpack("dv", dv)};
-    nb::gil_scoped_release release;
-    attention_->backward(views[0], views[1], views[2], views[3], views[4], views[5], views[6], views[7], views[8]);
+    Profile timing;
+    timing.per_step = true;
+    {
+      nb::gil_scoped_release release;
+      attention_->backward(views[0], views[1], views[2], views[3], views[4], views[5], views[6], views[7], views[8],
+                           profile ? &timing : nullptr);
+    }
+    if (!profile) return nb::none();
+    return profile_dict(timing);
   }
 
  private:
+  // What `spattn run` prints for a pass: totals and each step's compute, wait and traffic.
+  static nb::dict profile_dict(const Profile& profile) {
+    const auto timing = [](double compute_ms, double comm_wait_ms, double bytes_sent, int messages_sent) {
+      nb::dict entry;
+      entry["compute_ms"] = compute_ms;
+      entry["comm_wait_ms"] = comm_wait_ms;
+      entry["bytes_sent"] = bytes_sent;
+      entry["messages_sent"] = messages_sent;
+      return entry;
+    };
+    nb::dict result = timing(profile.compute_ms, profile.comm_wait_ms, profile.bytes_sent, profile.messages_sent);
+    result["total_ms"] = profile.total_ms;
+    nb::list steps;
+    for (const StepTiming& step : profile.steps)
+      steps.append(timing(step.compute_ms, step.comm_wait_ms, step.bytes_sent, step.messages_sent));
+    result["steps"] = steps;
+    return result;
+  }
+
   static std::unique_ptr<DistributedAttention> make(Communicator& communicator, const std::string& algorithm,
                                                     int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
                                                     int64_t head_dim, const std::string& dtype, bool causal,
@@ -311,10 +344,12 @@ NB_MODULE(_core, m) {
       .def("synchronize", &Plan::synchronize,
            "Waits until the device has run the calls so far; raises the error of a transfer among them that failed "
            "or timed out after its call returned (a peer died or stalled).")
-      .def("forward", &Plan::forward, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a,
-           "out, lse = attention(q, k, v) on this rank's shard; out and lse are written in place.")
+      .def("forward", &Plan::forward, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a, "profile"_a = false,
+           "out, lse = attention(q, k, v) on this rank's shard; out and lse are written in place. With profile, "
+           "returns where the time went (total_ms, compute_ms, comm_wait_ms, bytes_sent, messages_sent and steps, "
+           "a list of the same per step), else None.")
       .def("backward", &Plan::backward, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a, "dout"_a, "dq"_a, "dk"_a, "dv"_a,
-           "dq, dk, dv of forward, written in place.");
+           "profile"_a = false, "dq, dk, dv of forward, written in place; profile as forward's.");
 
   m.def(
       "local_forward",
