@@ -31,7 +31,7 @@
 #include "schedule/cycle_schedule.hpp"
 #include "spattn/attention_options.hpp"
 #include "spattn/attention_shape.hpp"
-#include "spattn/distributed_attention.hpp"
+#include "spattn/algorithm.hpp"
 
 namespace spattn {
 

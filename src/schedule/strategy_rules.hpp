@@ -11,7 +11,7 @@
 
 #include "schedule/cycle_schedule.hpp"
 #include "spattn/attention_shape.hpp"
-#include "spattn/distributed_attention.hpp"
+#include "spattn/algorithm.hpp"
 #include "spattn/sequence_layout.hpp"
 
 namespace spattn {

@@ -12,7 +12,7 @@
 #include "spattn/attention_options.hpp"
 #include "spattn/attention_shape.hpp"
 #include "spattn/communicator.hpp"
-#include "spattn/distributed_attention.hpp"
+#include "spattn/algorithm.hpp"
 #include "spattn/tensor.hpp"
 
 namespace spattn {

@@ -1,0 +1,34 @@
+#pragma once
+/// \file algorithm.hpp
+/// Which strategy a plan runs, and the degrees that only some strategies read.
+
+#include <string>
+#include <vector>
+
+namespace spattn {
+
+enum class Algorithm {
+  ring,       ///< ring attention: keys and values pass around a ring, contiguous shards
+  zigzag,     ///< ring attention over the zigzag layout: equal work per rank under a causal mask
+  ulysses,    ///< all-to-all from sequence shards to head shards, local attention, and back
+  hamilton,   ///< Hamiltonian-cycle attention (TASP): n-1 cycles keep every link busy
+  hamilton2,  ///< two-level Hamiltonian cycles for nodes of m ranks (StrategyOptions::nodes)
+  allgather,  ///< all-gather keys and values, attend once (Llama 3 style)
+  usp,        ///< Ulysses inside groups x zigzag ring across groups (StrategyOptions::inner)
+};
+
+/// Every algorithm, in the order help texts list them.
+const std::vector<Algorithm>& all_algorithms();
+/// "ring", "zigzag", "ulysses", "hamilton", "hamilton2", "allgather" or "usp".
+std::string algorithm_name(Algorithm algorithm);
+/// Throws Error naming the allowed names.
+Algorithm parse_algorithm(const std::string& name);
+
+/// Parameters only some strategies read.
+struct StrategyOptions {
+  int nodes = 1;  ///< hamilton2: nodes u; ranks per node m = N / u
+  int inner = 0;  ///< usp: Ulysses degree N1 (ranks per group); 0 chooses the largest that fits
+  Algorithm across = Algorithm::zigzag;  ///< usp: ring, zigzag or hamilton across the groups
+};
+
+}  // namespace spattn
