@@ -106,3 +106,16 @@ def test_a_bad_argument_on_one_rank_fails_every_rank():
         spattn.zigzag_ring_flash_attn_func(*shard(), dropout_p=dropout, causal=True)
     out = spattn.zigzag_ring_flash_attn_func(*shard(), causal=True)  # the ranks are still in step
     assert torch.isfinite(out).all()
+
+
+def test_ranks_that_disagree_are_told_which_field_differs():
+    if dist.get_world_size() < 2:
+        pytest.skip("one rank cannot disagree with itself")
+    # Rank 0 holds 8 tokens, the others 6: each shape is valid alone, together they must refuse.
+    world_size = dist.get_world_size()
+    local_seq = 8 if dist.get_rank() == 0 else 6
+    with pytest.raises(spattn.SpattnError, match=f"ranks disagree on the call: rank 0 has seq={8 * world_size} but "
+                                                 f"rank 1 has seq={6 * world_size}"):
+        spattn.ring_flash_attn_func(*shard(local_seq=local_seq), causal=True)
+    out = spattn.ring_flash_attn_func(*shard(), causal=True)  # the ranks are still in step
+    assert torch.isfinite(out).all()
