@@ -78,9 +78,6 @@ void step_rows(std::ostringstream& text, const char* pass, const Profile& profil
   }
 }
 
-// "cpu" or "cuda": the kind of the ranks' devices (their indexes differ from rank to rank).
-std::string device_kind_name(const Device& device) { return device.kind == DeviceKind::cpu ? "cpu" : "cuda"; }
-
 }  // namespace
 
 std::string format_table(const RunReport& report) {
@@ -90,7 +87,7 @@ std::string format_table(const RunReport& report) {
   if (report.device.kind == DeviceKind::cpu)
     text << " x " << report.threads_per_rank << " thread" << (report.threads_per_rank == 1 ? "" : "s") << " (cpu)\n";
   else
-    text << " on " << device_kind_name(report.device) << " over " << report.transport << " ("
+    text << " on " << device_kind_name(report.device.kind) << " over " << report.transport << " ("
          << report.ranks_per_device << " rank" << (report.ranks_per_device == 1 ? "" : "s") << " per GPU), kernel "
          << kernel_choice_name(o.kernel) << "\n";
   if (!report.selection.empty()) text << "  " << report.selection << "\n";
@@ -132,7 +129,7 @@ std::string format_json(const RunReport& report) {
   };
   json << "{\"algo\": \"" << o.algorithm << "\", \"ranks\": " << report.ranks
        << ", \"threads_per_rank\": " << report.threads_per_rank << ", \"device\": \""
-       << device_kind_name(report.device) << "\", \"transport\": \"" << report.transport
+       << device_kind_name(report.device.kind) << "\", \"transport\": \"" << report.transport
        << "\", \"kernel\": \"" << kernel_choice_name(o.kernel)
        << "\", \"ranks_per_device\": " << report.ranks_per_device
        << ", \"shape\": {\"batch\": " << o.batch << ", \"seq\": " << o.seq << ", \"heads\": " << o.heads

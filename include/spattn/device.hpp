@@ -18,6 +18,8 @@ struct Device {
   bool operator!=(const Device& other) const { return !(*this == other); }
 };
 
+/// "cpu" or "cuda".
+std::string device_kind_name(DeviceKind kind);
 /// "cpu" or "cuda:N".
 std::string device_name(const Device& device);
 

@@ -102,14 +102,9 @@ class Plan {
   nb::object forward(const Array& q, const Array& k, const Array& v, const Array& out, const Array& lse, bool profile) {
     const TensorView views[] = {tensor_from_dlpack("q", q), tensor_from_dlpack("k", k), tensor_from_dlpack("v", v),
                                 tensor_from_dlpack("out", out), tensor_from_dlpack("lse", lse)};
-    Profile timing;
-    timing.per_step = true;
-    {
-      nb::gil_scoped_release release;
-      attention_->forward(views[0], views[1], views[2], views[3], views[4], profile ? &timing : nullptr);
-    }
-    if (!profile) return nb::none();
-    return profile_dict(timing);
+    return profiled(profile, [&](Profile* timing) {
+      attention_->forward(views[0], views[1], views[2], views[3], views[4], timing);
+    });
   }
 
   // Waits for the device and raises the error of a transfer that failed after its call returned.
@@ -125,18 +120,27 @@ class Plan {
                                 tensor_from_dlpack("lse", lse),   tensor_from_dlpack("dout", dout),
                                 tensor_from_dlpack("dq", dq),     tensor_from_dlpack("dk", dk),
                                 tensor_from_dlpack("dv", dv)};
+    return profiled(profile, [&](Profile* timing) {
+      attention_->backward(views[0], views[1], views[2], views[3], views[4], views[5], views[6], views[7], views[8],
+                           timing);
+    });
+  }
+
+ private:
+  // Runs `call` without the GIL, given a per-step Profile when `profile` is set; returns that
+  // profile as a dict, else None.
+  template <class Call>
+  static nb::object profiled(bool profile, const Call& call) {
     Profile timing;
     timing.per_step = true;
     {
       nb::gil_scoped_release release;
-      attention_->backward(views[0], views[1], views[2], views[3], views[4], views[5], views[6], views[7], views[8],
-                           profile ? &timing : nullptr);
+      call(profile ? &timing : nullptr);
     }
     if (!profile) return nb::none();
     return profile_dict(timing);
   }
 
- private:
   // What `spattn run` prints for a pass: totals and each step's compute, wait and traffic.
   static nb::dict profile_dict(const Profile& profile) {
     const auto timing = [](double compute_ms, double comm_wait_ms, double bytes_sent, int messages_sent) {

@@ -29,7 +29,7 @@ struct RankMachine {
 };
 
 // How the agreed fields read in an error.
-std::string show_device_kind(int64_t kind) { return static_cast<DeviceKind>(kind) == DeviceKind::cpu ? "cpu" : "cuda"; }
+std::string show_device_kind(int64_t kind) { return device_kind_name(static_cast<DeviceKind>(kind)); }
 std::string show_transport(int64_t transport) { return transport_name(static_cast<Transport>(transport)); }
 
 bool nccl_built() {

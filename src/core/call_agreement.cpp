@@ -30,10 +30,10 @@ std::string differing_fields(const std::vector<CallField>& fields, const CallRec
   bool first = true;
   for (int64_t i = 0; i < common; ++i) {
     if (values.signature[i] == other.signature[i]) continue;
-    const bool named = i < static_cast<int64_t>(fields.size());
-    text << (first ? "" : ", ") << (named ? fields[static_cast<std::size_t>(i)].name : "field") << "=";
-    if (named && fields[static_cast<std::size_t>(i)].show)
-      text << fields[static_cast<std::size_t>(i)].show(values.signature[i]);
+    const CallField* field = i < static_cast<int64_t>(fields.size()) ? &fields[static_cast<std::size_t>(i)] : nullptr;
+    text << (first ? "" : ", ") << (field ? field->name : "field") << "=";
+    if (field && field->show)
+      text << field->show(values.signature[i]);
     else
       text << values.signature[i];
     first = false;
