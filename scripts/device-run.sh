@@ -600,5 +600,12 @@ if [[ -s "$logs/bench.csv" ]]; then
     --markdown "$logs/bench.md" >"$logs/plot.log" 2>&1 || echo "plot: see plot.log (matplotlib may be missing)"
 fi
 
+# The device tool brings back only 8 files from $OUT: past that, everything but the summary and the
+# markdown tables goes into one archive.
+if (($(find "$logs" -maxdepth 1 -type f | wc -l) > 8)); then
+  (cd "$logs" && find . -maxdepth 1 -type f ! -name summary.txt ! -name '*.md' ! -name logs.tar.gz -printf '%P\n' \
+    | tar -czf logs.tar.gz -T - --remove-files)
+  echo "logs packed into logs.tar.gz"
+fi
 echo "logs in $logs"
 exit "$any_failed"
