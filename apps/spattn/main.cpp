@@ -13,6 +13,7 @@
 #include "plan_command.hpp"
 #include "run_command.hpp"
 #include "spattn/communication_timeout.hpp"
+#include "spattn/error.hpp"
 
 namespace {
 
@@ -22,12 +23,6 @@ bool is_first_rank() {
   for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"})
     if (const char* value = std::getenv(name)) return std::atoi(value) == 0;
   return true;
-}
-
-// Except the errors of one rank alone, which no agreement could carry: giving up on a peer that
-// never came (the first rank may be that peer) and a stall that SPATTN_FAULT injected.
-bool is_this_ranks_own(const std::string& message) {
-  return message.find(" timed out after ") != std::string::npos || message.find(" stalled for ") != std::string::npos;
 }
 
 // The first rank to end makes the launcher end the job, and with it the ranks still waiting out
@@ -68,9 +63,14 @@ int main(int argc, char** argv) {
   } catch (const spattn::app::UsageError& error) {
     if (is_first_rank()) std::cerr << error.what() << "\n";
     return 2;
+  } catch (const spattn::TimeoutError& error) {
+    // Except a rank's own error, which no agreement could carry (the first rank may be the peer
+    // it gave up on): every rank prints its own.
+    std::cerr << error.what() << std::endl;
+    wait_for_the_others_to_report();
+    return 1;
   } catch (const spattn::Error& error) {
-    if (is_first_rank() || is_this_ranks_own(error.what())) std::cerr << error.what() << std::endl;
-    if (is_this_ranks_own(error.what())) wait_for_the_others_to_report();
+    if (is_first_rank()) std::cerr << error.what() << std::endl;
     return 1;
   } catch (const std::exception& error) {
     std::cerr << "spattn: unexpected failure: " << error.what() << "\n";

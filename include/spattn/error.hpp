@@ -14,8 +14,18 @@ class Error : public std::runtime_error {
   explicit Error(const std::string& message) : std::runtime_error(message) {}
 };
 
+/// A rank that gave up waiting for its peers (a peer died, stalled or is not in the call), or that
+/// SPATTN_FAULT stalled and gave up: this rank's own error. The ranks agree on every other error
+/// before they report it; this one no agreement can carry, since the peer it waited for may be the
+/// one that is gone, so each rank reports its own (the program prints it on every rank).
+class TimeoutError : public Error {
+ public:
+  explicit TimeoutError(const std::string& message) : Error(message) {}
+};
+
 namespace detail {
 [[noreturn]] void throw_error(const char* file, int line, const std::string& message);
+[[noreturn]] void throw_timeout_error(const std::string& message);
 }  // namespace detail
 
 }  // namespace spattn

@@ -15,7 +15,7 @@ setup_distributed() first.
 # beside the system's.
 import torch  # noqa: F401  (imported for the order, see above)
 
-from ._core import SpattnError, algorithms
+from ._core import SpattnError, SpattnTimeoutError, algorithms
 from .distributed import device_info, is_available, launch_environment, setup_distributed
 from .functional import (
     DistributedAttentionFunction,
@@ -43,6 +43,7 @@ __version__ = _core.build_info()["version"]
 
 __all__ = [
     "SpattnError",
+    "SpattnTimeoutError",
     "algorithms",
     "device_info",
     "is_available",

@@ -12,6 +12,11 @@ Tensor = Any  # a DLPack-exporting tensor
 class SpattnError(RuntimeError):
     """Every error of spattn's C++ core; the message names the bad value and what is allowed."""
 
+class SpattnTimeoutError(SpattnError):
+    """A rank that gave up waiting for its peers (a peer died, stalled or is not in the call, for
+    longer than SPATTN_TIMEOUT seconds): this rank's own error, raised on each rank that gave up
+    rather than agreed on by all of them."""
+
 def algorithms() -> List[str]: ...
 def build_info() -> Dict[str, Any]: ...
 def parse_kernel_choice(name: str) -> str:

@@ -241,7 +241,9 @@ NB_MODULE(_core, m) {
   m.doc() = "spattn's C++ core: distributed exact attention plans over MPI (CPU tensors) or NCCL (CUDA tensors), "
             "tensors through DLPack";
 
-  nb::exception<Error>(m, "SpattnError", PyExc_RuntimeError);
+  nb::exception<Error> spattn_error(m, "SpattnError", PyExc_RuntimeError);
+  // Registered after SpattnError, so tried before it (nanobind tries the latest translator first).
+  nb::exception<TimeoutError>(m, "SpattnTimeoutError", spattn_error);
   // Autograd graphs and user code keep plans alive in module globals, which Python may still hold
   // when nanobind checks for leaks at shutdown: those are not leaks of the binding.
   nb::set_leak_warnings(false);

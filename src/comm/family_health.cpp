@@ -2,8 +2,6 @@
 
 #include <atomic>
 
-#include "spattn/error.hpp"
-
 namespace spattn {
 
 namespace {
@@ -12,20 +10,23 @@ std::atomic<bool> gave_up_on_a_peer{false};
 
 }  // namespace
 
-void FamilyHealth::record(const std::string& failure) {
+void FamilyHealth::record(const std::string& failure, FailureKind kind) {
   gave_up_on_a_peer = true;
   std::lock_guard<std::mutex> lock(mutex_);
-  if (failure_.empty()) failure_ = failure;
+  if (!failure_.empty()) return;
+  failure_ = failure;
+  kind_ = kind;
 }
 
 std::string FamilyHealth::failure() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return failure_;
+  FailureKind kind;
+  return failure_and_kind(kind);
 }
 
-void FamilyHealth::check() const {
-  const std::string first = failure();
-  SPATTN_CHECK(first.empty(), first);
+std::string FamilyHealth::failure_and_kind(FailureKind& kind) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  kind = kind_;
+  return failure_;
 }
 
 bool process_gave_up_on_a_peer() { return gave_up_on_a_peer; }

@@ -64,8 +64,11 @@ void before_transfer(FaultPlan* plan, int process_rank) {
     for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
   }
   std::this_thread::sleep_for(std::chrono::duration<double>(plan->stall_seconds));
-  SPATTN_FAIL("world rank " << process_rank << " stalled for " << plan->stall_seconds << " s before its transfer "
-                            << plan->step << " as SPATTN_FAULT asked, and gives up the call");
+  // It ends as a stalled rank's call would, in its own timeout.
+  std::ostringstream message;
+  message << "world rank " << process_rank << " stalled for " << plan->stall_seconds << " s before its transfer "
+          << plan->step << " as SPATTN_FAULT asked, and gives up the call";
+  detail::throw_timeout_error(message.str());
 }
 
 }  // namespace spattn

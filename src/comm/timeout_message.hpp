@@ -1,7 +1,6 @@
 #pragma once
-// The timeout rules every communicator shares: what a timeout may be, and the error of a rank that
-// gave up waiting for its peers (the program, apps/spattn/main.cpp, tells these errors from
-// others by " timed out after ").
+// The timeout rules every communicator shares: what a timeout may be, and the message of a rank
+// that gave up waiting for its peers (thrown as TimeoutError, spattn/error.hpp).
 
 #include <string>
 

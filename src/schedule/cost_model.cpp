@@ -188,7 +188,7 @@ void finish(StrategyCost& cost) {
 
 // The kv heads a rank reads when Ulysses gives each of `degree` ranks heads / degree consecutive
 // query heads; a kv head read by several ranks goes to each of them, and every rank's block has
-// room for the most any rank reads (src/strategies/ulysses_attention.cpp).
+// room for the most any rank reads (src/strategies/ulysses_strategy.cpp).
 int64_t ulysses_kv_heads_per_rank(const AttentionShape& shape, int degree) {
   const int64_t heads_per_rank = shape.heads / degree;
   const int64_t group = shape.heads / shape.kv_heads;  // query heads per kv head

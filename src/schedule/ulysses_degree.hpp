@@ -1,6 +1,6 @@
 #pragma once
 // USP's Ulysses degree (StrategyOptions::inner): the rule of which degrees can run and which one
-// 0 chooses, stated once for the strategy that runs it (strategies/ulysses_attention.cpp) and the
+// 0 chooses, stated once for the strategy that runs it (strategies/usp_strategy.cpp) and the
 // cost model that predicts it (cost_model.cpp), so that `spattn plan` models exactly what
 // `spattn run` runs and refuses what it refuses, with the same message.
 

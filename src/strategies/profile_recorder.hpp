@@ -44,10 +44,12 @@ class ProfileRecorder {
     transfer.site = TransferSite{call_, step, steps_};
     try {
       timed(step, &StepTiming::comm_wait_ms, &Profile::comm_wait_ms, [&] { communicator.wait(transfer); });
+    } catch (const TimeoutError& error) {
+      if (names_a_site(error.what())) throw;
+      throw TimeoutError(error.what() + describe_site(transfer.site));
     } catch (const Error& error) {
-      const std::string message = error.what();
-      if (names_a_site(message)) throw;
-      throw Error(message + describe_site(transfer.site));
+      if (names_a_site(error.what())) throw;
+      throw Error(error.what() + describe_site(transfer.site));
     }
   }
 

@@ -3,6 +3,7 @@
 // error a collective call throws.
 
 #include <string>
+#include <utility>
 
 #include "spattn/distributed_attention.hpp"
 #include "spattn/error.hpp"
@@ -55,15 +56,28 @@ void expect_consistent_profile(const Profile& profile, std::size_t steps);
 /// Every element of out, lse and (when present) dq, dk, dv of two runs is bitwise equal.
 void expect_identical_outputs(const AttentionOutputs& first, const AttentionOutputs& second);
 
+/// What `call` throws as spattn::Error: its message ("" when the call succeeds) and whether it is
+/// a TimeoutError (this rank gave up waiting for its peers).
+struct ThrownError {
+  std::string message;
+  bool timeout = false;
+};
+template <typename Call>
+ThrownError thrown_error_of(Call&& call) {
+  try {
+    call();
+  } catch (const TimeoutError& error) {
+    return {error.what(), true};
+  } catch (const Error& error) {
+    return {error.what(), false};
+  }
+  return {};
+}
+
 /// The message `call` throws as spattn::Error, or "" when it succeeds.
 template <typename Call>
 std::string error_of(Call&& call) {
-  try {
-    call();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "";
+  return thrown_error_of(std::forward<Call>(call)).message;
 }
 
 }  // namespace spattn

@@ -43,12 +43,16 @@ void expect_stall_reported(Communicator& communicator, Algorithm algorithm, cons
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
   });
-  const std::string error = error_of([&] { run_strategy(communicator, algorithm, problem, 0, 1, false, setup.options); });
+  const ThrownError thrown =
+      thrown_error_of([&] { run_strategy(communicator, algorithm, problem, 0, 1, false, setup.options); });
+  const std::string& error = thrown.message;
   const double returned_after = seconds_since(start);
   call_returned = true;
   watcher.join();
   const double known_after = failure_seen_after >= 0 ? failure_seen_after.load() : returned_after;
 
+  // Every rank's error is its own, typed as such (the program prints it on every rank).
+  EXPECT_TRUE(thrown.timeout) << "not a TimeoutError: " << error;
   if (world().rank() == stalled) {
     EXPECT_NE(error.find("stalled for"), std::string::npos) << error;
   } else {
@@ -64,7 +68,9 @@ void expect_stall_reported(Communicator& communicator, Algorithm algorithm, cons
     // communicator that gave up: a healthy one would wait for the stalled rank).
     if (error.find("timed out") != std::string::npos) {
       const auto again = std::chrono::steady_clock::now();
-      EXPECT_NE(error_of([&] { communicator.barrier(); }), "");
+      const ThrownError later = thrown_error_of([&] { communicator.barrier(); });
+      EXPECT_NE(later.message, "");
+      EXPECT_TRUE(later.timeout) << "the family's failure keeps its kind: " << later.message;
       EXPECT_LT(seconds_since(again), times.timeout_seconds);
     }
   }

@@ -119,3 +119,11 @@ def test_ranks_that_disagree_are_told_which_field_differs():
         spattn.ring_flash_attn_func(*shard(local_seq=local_seq), causal=True)
     out = spattn.ring_flash_attn_func(*shard(), causal=True)  # the ranks are still in step
     assert torch.isfinite(out).all()
+
+
+def test_a_rank_that_gave_up_on_its_peers_raises_its_own_error_type():
+    # Raised by the communicators when a peer never came (C++ spattn::TimeoutError; exercised by
+    # the StalledRank tests and the program's FaultyRank tests): callers catch it apart from the
+    # errors all ranks agree on, or with them as a SpattnError.
+    assert issubclass(spattn.SpattnTimeoutError, spattn.SpattnError)
+    assert spattn.SpattnTimeoutError is not spattn.SpattnError

@@ -149,10 +149,11 @@ struct MpiCommunicator::State {
   std::shared_ptr<FamilyHealth> health = std::make_shared<FamilyHealth>();
 
   void check_usable() const {
-    const std::string failure = health->failure();
-    SPATTN_CHECK(failure.empty(), "this MPI communicator (or one split from the same one) gave up on its peers "
-                                  "earlier and cannot be used again ("
-                                      << failure << "); make a new one");
+    health->check([](const std::string& failure) {
+      return "this MPI communicator (or one split from the same one) gave up on its peers earlier and cannot be "
+             "used again (" +
+             failure + "); make a new one";
+    });
   }
 
   // A new transfer of `operation` with this communicator's timeout, counted for SPATTN_FAULT (which
@@ -175,8 +176,8 @@ struct MpiCommunicator::State {
     const std::string message = timeout_message(describe_rank(rank, size), timeout_seconds,
                                                 pending_description(requests, roles, operation, size));
     abandon(requests, roles);
-    health->record(message);
-    SPATTN_FAIL(message);
+    health->record(message, FailureKind::timeout);
+    detail::throw_timeout_error(message);
   }
 
   void share_settings_with(State& child) const {

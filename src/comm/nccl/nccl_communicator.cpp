@@ -213,7 +213,8 @@ struct NcclCommunicator::State {
     SPATTN_CUDA_CHECK(cudaEventCreateWithFlags(&transfers_done, cudaEventDisableTiming));
     watchdog = std::make_unique<TransferWatchdog>(
         device_index, timeout_seconds, describe_rank(rank, size),
-        [this] { return asynchronous_error(); }, [this](const std::string& message) { give_up(message); });
+        [this] { return asynchronous_error(); },
+        [this](const std::string& message, FailureKind kind) { give_up(message, kind); });
   }
 
   // On the watchdog's thread: NCCL's asynchronous error, "" when there is none or when a call of
@@ -228,9 +229,10 @@ struct NcclCommunicator::State {
   }
 
   // On the watchdog's thread: retires the family and ends the kernels that wait on the transfer.
-  void give_up(const std::string& message) {
+  void give_up(const std::string& message, FailureKind kind) {
     health->record(message + (owned ? "; the NCCL communicator was aborted, make a new one"
-                                    : "; the NCCL communicator is its owner's to abort"));
+                                    : "; the NCCL communicator is its owner's to abort"),
+                   kind);
     std::lock_guard<std::mutex> lock(comm_mutex);
     if (owned && comm != nullptr) {
       ncclCommAbort(comm);
@@ -272,8 +274,8 @@ struct NcclCommunicator::State {
     const std::string message =
         timeout_message(describe_rank(rank, size), waited_seconds, std::string("NCCL ") + operation) +
         (owned ? "; the communicator was aborted" : "");
-    health->record(message);
-    SPATTN_FAIL(message);
+    health->record(message, FailureKind::timeout);
+    detail::throw_timeout_error(message);
   }
 
   // After an NCCL call on the communication stream: in nonblocking mode the call may return

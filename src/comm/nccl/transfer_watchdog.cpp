@@ -107,11 +107,13 @@ void TransferWatchdog::run() {
       continue;
     }
     std::string failure;
+    FailureKind kind = FailureKind::transfer_error;
     if (state != cudaErrorNotReady) {
       failure = who_ + ": CUDA reported '" + cudaGetErrorString(state) + "' while " + oldest.operation +
                 " was in flight" + describe_site(oldest.site);
     } else if (std::chrono::duration<double>(Clock::now() - oldest_since).count() > timeout_seconds_) {
       failure = timeout_message(who_, timeout_seconds_, describe(oldest));
+      kind = FailureKind::timeout;
     }
     if (failure.empty()) {
       // The probe may take the communicator's lock: never call it while holding ours.
@@ -125,7 +127,7 @@ void TransferWatchdog::run() {
     }
     gave_up_ = true;
     lock.unlock();
-    give_up_(failure);
+    give_up_(failure, kind);
     lock.lock();
   }
 }

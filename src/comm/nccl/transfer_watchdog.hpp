@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm/family_health.hpp"
 #include "spattn/communicator.hpp"
 
 namespace spattn {
@@ -27,8 +28,9 @@ class TransferWatchdog {
  public:
   /// "" while the transport is healthy, else what went wrong. Called on the watchdog's thread.
   using Probe = std::function<std::string()>;
-  /// Gets the message for the user; called on the watchdog's thread, at most once.
-  using GiveUp = std::function<void(const std::string& message)>;
+  /// Gets the message for the user and whether the transfer timed out or failed; called on the
+  /// watchdog's thread, at most once.
+  using GiveUp = std::function<void(const std::string& message, FailureKind kind)>;
 
   /// `who` names this rank in messages ("rank 1 of 4"); events are made on GPU `device_index`.
   TransferWatchdog(int device_index, double timeout_seconds, std::string who, Probe probe, GiveUp give_up);

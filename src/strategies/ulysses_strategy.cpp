@@ -1,0 +1,475 @@
+// Ulysses attention: an all-to-all turns sequence shards into head shards (rank r gets the whole
+// sequence of query heads [r H/N, (r+1) H/N) and of the kv heads they read), attention runs
+// locally over the whole sequence, and an all-to-all turns the results back into sequence shards.
+// Backward moves its inputs the same way and sends the gradients back, summing the gradients of
+// kv heads that several ranks read.
+//
+// USP (usp_strategy.cpp) is the same code inside groups of N1 consecutive ranks, with a rotation
+// across the groups attending the head shards instead of the local block kernels.
+
+#include "strategies/ulysses_strategy.hpp"
+
+#include <algorithm>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kernels/block_kernels.hpp"
+#include "schedule/strategy_rules.hpp"
+#include "spattn/distributed_attention.hpp"
+#include "strategies/all_to_all_exchange.hpp"
+#include "strategies/call_validation.hpp"
+#include "strategies/device_buffer.hpp"
+#include "strategies/profile_recorder.hpp"
+#include "strategies/strategy.hpp"
+
+namespace spattn {
+
+namespace {
+
+// Profile steps: 0 moves the inputs to head shards, 1 attends, 2 moves the results back.
+constexpr int kToHeadsStep = 0;
+constexpr int kAttentionStep = 1;
+constexpr int kToSequenceStep = 2;
+constexpr int kSteps = 3;
+
+// Which dimension of a tensor is the sequence and which the heads.
+struct Axes {
+  int seq;
+  int head;
+};
+constexpr Axes kBshd{1, 2};  // q, k, v, out, dout and their gradients: (B, S, H, D)
+constexpr Axes kBhs{2, 1};   // lse and delta: (B, H, S)
+
+// Heads [first, first + count).
+struct HeadRange {
+  int64_t first = 0;
+  int64_t count = 0;
+};
+
+// The kv heads that query heads `query_heads` read when every `group_size` consecutive query
+// heads share one kv head.
+HeadRange kv_heads_read(const HeadRange& query_heads, int64_t group_size) {
+  const int64_t first = query_heads.first / group_size;
+  const int64_t last = (query_heads.first + query_heads.count - 1) / group_size;
+  return {first, last - first + 1};
+}
+
+// Query heads that the block kernel can attend in one call over kv heads, in a rank's local
+// head indices: the kernel lets query head i of a block read kv head i / (q_count / kv_count),
+// which matches the global grouping only for whole groups or for part of one group.
+struct HeadGroup {
+  HeadRange query;
+  HeadRange kv;
+};
+
+// The local query heads `query_heads` (global indices) cut into HeadGroups: the whole groups
+// together, and a partial group at either end on its own (at most three).
+std::vector<HeadGroup> head_groups(const HeadRange& query_heads, int64_t group_size) {
+  const int64_t end = query_heads.first + query_heads.count;
+  const int64_t first_kv = query_heads.first / group_size;
+  std::vector<HeadGroup> groups;
+  for (int64_t head = query_heads.first; head < end;) {
+    const int64_t kv = head / group_size;
+    const int64_t whole_groups = head % group_size == 0 ? (end - head) / group_size : 0;
+    const int64_t query_count = whole_groups > 0 ? whole_groups * group_size : std::min(end, (kv + 1) * group_size) - head;
+    const int64_t kv_count = std::max<int64_t>(whole_groups, 1);
+    groups.push_back({{head - query_heads.first, query_count}, {kv - first_kv, kv_count}});
+    head += query_count;
+  }
+  return groups;
+}
+
+// Whether data arriving for a place overwrites it or is added to it.
+enum class Arrival { overwrite, sum };
+
+}  // namespace
+
+class UlyssesStrategy final : public Strategy {
+ public:
+  // The arguments are validated and agreed on by every rank of `world` (see the factories);
+  // `signature` is what every later call agrees on.
+  UlyssesStrategy(Communicator& every_rank, AcrossGroups wiring, SequenceLayout layout, std::vector<CallField> signature,
+                  const AttentionShape& call_shape, const AttentionOptions& call_options)
+      : world(every_rank),
+        across(std::move(wiring)),
+        comm(across.group ? *across.group : every_rank),
+        shape(call_shape),
+        signature(std::move(signature)),
+        sequence_layout(std::move(layout)),
+        kernels(make_block_kernels(every_rank.device(), call_options.kernel)),
+        mask(AttentionMask::from_options(call_options)),
+        scale(resolved_scale(call_shape, call_options)),
+        rank(comm.rank()),
+        ranks(comm.size()),
+        local_seq(sequence_layout.local_length()),
+        group_seq(local_seq * ranks),
+        heads_per_rank(call_shape.heads / ranks),
+        group_size(call_shape.heads / call_shape.kv_heads),
+        // An inner strategy reads and writes the call's dtype; the block kernels accumulate in
+        // fp32, rounded once on the way back.
+        result_dtype(across.inner ? call_shape.dtype : DType::f32) {
+    for (int peer = 0; peer < ranks; ++peer) {
+      query_heads_of.push_back({peer * heads_per_rank, heads_per_rank});
+      kv_heads_of.push_back(kv_heads_read(query_heads_of.back(), group_size));
+      kv_heads_per_block = std::max(kv_heads_per_block, kv_heads_of.back().count);
+    }
+    own_kv_heads = kv_heads_of[static_cast<std::size_t>(rank)].count;
+    groups = head_groups(query_heads_of[static_cast<std::size_t>(rank)], group_size);
+    describe_exchanges();
+  }
+
+  const SequenceLayout& layout() const override { return sequence_layout; }
+  void set_stream(void* stream) override {
+    device_stream = stream;
+    if (across.inner) across.inner->set_stream(stream);
+  }
+
+  void forward(const TensorView& q, const TensorView& k, const TensorView& v, TensorView out, TensorView lse,
+               Profile* profile) override {
+    bind_stream();
+    // Agreement spans every rank of the call: a group that refused alone would leave the other
+    // groups waiting in the inner strategy.
+    agree_on_call(world, forward_arguments_error(shape, local_seq, kernels->device(), q, k, v, out, lse), signature);
+    ensure_forward_workspace();
+    ProfileRecorder recorder(profile, kSteps, *kernels, "forward");
+
+    recorder.compute(kToHeadsStep, [&] { pack_inputs(forward_inputs, q, k, v); });
+    exchange(recorder, kToHeadsStep, forward_inputs);
+    recorder.compute(kToHeadsStep, [&] { unpack_inputs(forward_inputs); });
+
+    Profile* inner_profile = profile ? &inner_timing : nullptr;
+    recorder.compute(kAttentionStep, [&] {
+      if (across.inner) across.inner->forward(full_q, full_k, full_v, full_out, full_lse, inner_profile);
+      else attend_locally_forward();
+    });
+    if (inner_profile) recorder.fold_nested(kAttentionStep, *inner_profile);
+
+    recorder.compute(kToSequenceStep, [&] {
+      pack_sequence_shards(full_out, kBshd, forward_results, kOutPart);
+      pack_sequence_shards(full_lse, kBhs, forward_results, kLsePart);
+    });
+    exchange(recorder, kToSequenceStep, forward_results);
+    recorder.compute(kToSequenceStep, [&] {
+      unpack_head_shards(forward_results, kOutPart, kBshd, query_heads_of, out, Arrival::overwrite);
+      unpack_head_shards(forward_results, kLsePart, kBhs, query_heads_of, lse, Arrival::overwrite);
+    });
+    recorder.finish();
+  }
+
+  void backward(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+                const TensorView& lse, const TensorView& dout, TensorView dq, TensorView dk, TensorView dv,
+                Profile* profile) override {
+    bind_stream();
+    agree_on_call(world,
+                  backward_arguments_error(shape, local_seq, kernels->device(), q, k, v, out, lse, dout, dq, dk, dv),
+                  signature);
+    ensure_backward_workspace();
+    ProfileRecorder recorder(profile, kSteps, *kernels, "backward");
+
+    recorder.compute(kToHeadsStep, [&] {
+      pack_inputs(backward_inputs, q, k, v);
+      pack_head_shards(dout, kBshd, query_heads_of, backward_inputs, kDoutPart);
+      pack_head_shards(lse, kBhs, query_heads_of, backward_inputs, kLseInPart);
+      if (output_travels()) {
+        pack_head_shards(out, kBshd, query_heads_of, backward_inputs, kOutputPart);
+      } else {
+        kernels->softmax_delta(out, dout, local_delta);
+        pack_head_shards(local_delta, kBhs, query_heads_of, backward_inputs, kOutputPart);
+      }
+    });
+    exchange(recorder, kToHeadsStep, backward_inputs);
+    recorder.compute(kToHeadsStep, [&] {
+      unpack_inputs(backward_inputs);
+      unpack_sequence_shards(backward_inputs, kDoutPart, kBshd, full_dout);
+      unpack_sequence_shards(backward_inputs, kLseInPart, kBhs, full_lse);
+      if (output_travels()) unpack_sequence_shards(backward_inputs, kOutputPart, kBshd, full_out);
+      else unpack_sequence_shards(backward_inputs, kOutputPart, kBhs, full_delta);
+    });
+
+    Profile* inner_profile = profile ? &inner_timing : nullptr;
+    recorder.compute(kAttentionStep, [&] {
+      if (across.inner)
+        across.inner->backward(full_q, full_k, full_v, full_out, full_lse, full_dout, full_dq, full_dk, full_dv,
+                               inner_profile);
+      else attend_locally_backward();
+    });
+    if (inner_profile) recorder.fold_nested(kAttentionStep, *inner_profile);
+
+    recorder.compute(kToSequenceStep, [&] {
+      pack_sequence_shards(full_dq, kBshd, gradients, kDqPart);
+      pack_sequence_shards(full_dk, kBshd, gradients, kDkPart);
+      pack_sequence_shards(full_dv, kBshd, gradients, kDvPart);
+    });
+    exchange(recorder, kToSequenceStep, gradients);
+    recorder.compute(kToSequenceStep, [&] {
+      unpack_head_shards(gradients, kDqPart, kBshd, query_heads_of, dq, Arrival::overwrite);
+      kernels->fill(dk_sum, 0.0f);
+      kernels->fill(dv_sum, 0.0f);
+      unpack_head_shards(gradients, kDkPart, kBshd, kv_heads_of, dk_sum, Arrival::sum);
+      unpack_head_shards(gradients, kDvPart, kBshd, kv_heads_of, dv_sum, Arrival::sum);
+      kernels->copy(dk_sum, dk);
+      kernels->copy(dv_sum, dv);
+    });
+    recorder.finish();
+  }
+
+ private:
+  // Parts of the all-to-all blocks, in the order describe_exchanges adds them. Inputs to head
+  // shards: the block for peer p holds this rank's tokens of p's query heads and of the kv heads
+  // they read (forward: q, k, v; backward also dout, lse and the forward output). Results back to
+  // sequence shards: the block for peer p holds p's tokens of this rank's heads (forward: out,
+  // lse; backward: dq, dk, dv).
+  //
+  // The forward output that backward moves is delta = rowsum(dout * out) for block kernels that
+  // read only delta, computed where out is so that out itself never travels, and out for an inner
+  // strategy or kernels that read out (see output_travels).
+  enum InputPart { kQPart, kKPart, kVPart, kDoutPart, kLseInPart, kOutputPart };
+  enum ForwardResultPart { kOutPart, kLsePart };
+  enum GradientPart { kDqPart, kDkPart, kDvPart };
+
+  // Every block carries room for kv_heads_per_block kv heads, the most any rank reads, because
+  // an all-to-all needs blocks of one size; a rank that reads fewer leaves the rest unused. A kv
+  // head read by query heads of several ranks goes into the block of each of them.
+  void describe_exchanges() {
+    const int64_t B = shape.batch, D = shape.head_dim;
+    for (AllToAllExchange* inputs : {&forward_inputs, &backward_inputs}) {
+      inputs->add_part(shape.dtype, {B, local_seq, heads_per_rank, D});      // q
+      inputs->add_part(shape.dtype, {B, local_seq, kv_heads_per_block, D});  // k
+      inputs->add_part(shape.dtype, {B, local_seq, kv_heads_per_block, D});  // v
+    }
+    backward_inputs.add_part(shape.dtype, {B, local_seq, heads_per_rank, D});  // dout
+    backward_inputs.add_part(DType::f32, {B, heads_per_rank, local_seq});      // lse
+    if (output_travels()) backward_inputs.add_part(shape.dtype, {B, local_seq, heads_per_rank, D});  // out
+    else backward_inputs.add_part(DType::f32, {B, heads_per_rank, local_seq});                   // delta
+    forward_results.add_part(shape.dtype, {B, local_seq, heads_per_rank, D});  // out
+    forward_results.add_part(DType::f32, {B, heads_per_rank, local_seq});      // lse
+    // The block kernels' gradients travel in fp32 so that a kv head's contributions from several
+    // ranks are summed before the one rounding to the input dtype.
+    gradients.add_part(result_dtype, {B, local_seq, heads_per_rank, D});      // dq
+    gradients.add_part(result_dtype, {B, local_seq, kv_heads_per_block, D});  // dk
+    gradients.add_part(result_dtype, {B, local_seq, kv_heads_per_block, D});  // dv
+  }
+
+  // Whether backward moves the forward output itself: an inner strategy's backward takes out, and
+  // so do kernels whose backward recomputes delta from it (cuDNN).
+  bool output_travels() const { return across.inner || kernels->backward_reads_output(); }
+
+  // A new workspace tensor owned by `owner`.
+  TensorView allocate(std::vector<DeviceBuffer>& owner, DType dtype, std::initializer_list<int64_t> dims) {
+    TensorView tensor = TensorView::contiguous(nullptr, dtype, dims, kernels->device());
+    owner.emplace_back(*kernels, static_cast<std::size_t>(tensor.numel()) * dtype_size(dtype));
+    tensor.data = owner.back().data();
+    return tensor;
+  }
+
+  // Workspace, allocated at the first call that needs it and reused by every later call.
+  void ensure_head_shards() {
+    if (!head_shard_buffers.empty()) return;
+    const int64_t B = shape.batch, D = shape.head_dim;
+    full_q = allocate(head_shard_buffers, shape.dtype, {B, group_seq, heads_per_rank, D});
+    full_k = allocate(head_shard_buffers, shape.dtype, {B, group_seq, own_kv_heads, D});
+    full_v = allocate(head_shard_buffers, shape.dtype, {B, group_seq, own_kv_heads, D});
+    full_lse = allocate(head_shard_buffers, DType::f32, {B, heads_per_rank, group_seq});
+  }
+  void ensure_full_out() {
+    if (!out_buffers.empty()) return;
+    full_out = allocate(out_buffers, result_dtype, {shape.batch, group_seq, heads_per_rank, shape.head_dim});
+  }
+  void ensure_forward_workspace() {
+    ensure_head_shards();
+    ensure_full_out();
+    forward_inputs.allocate(*kernels, ranks);
+    forward_results.allocate(*kernels, ranks);
+  }
+  void ensure_backward_workspace() {
+    ensure_head_shards();
+    if (!backward_buffers.empty()) return;
+    const int64_t B = shape.batch, D = shape.head_dim;
+    if (output_travels()) ensure_full_out();
+    if (!output_travels()) local_delta = allocate(backward_buffers, DType::f32, {B, shape.heads, local_seq});
+    if (!output_travels()) full_delta = allocate(backward_buffers, DType::f32, {B, heads_per_rank, group_seq});
+    full_dout = allocate(backward_buffers, shape.dtype, {B, group_seq, heads_per_rank, D});
+    full_dq = allocate(backward_buffers, result_dtype, {B, group_seq, heads_per_rank, D});
+    full_dk = allocate(backward_buffers, result_dtype, {B, group_seq, own_kv_heads, D});
+    full_dv = allocate(backward_buffers, result_dtype, {B, group_seq, own_kv_heads, D});
+    dk_sum = allocate(backward_buffers, DType::f32, {B, local_seq, shape.kv_heads, D});
+    dv_sum = allocate(backward_buffers, DType::f32, {B, local_seq, shape.kv_heads, D});
+    backward_inputs.allocate(*kernels, ranks);
+    gradients.allocate(*kernels, ranks);
+  }
+
+  // Attention of this rank's query heads over the whole sequence with the block kernels.
+  void attend_locally_forward() {
+    for (const HeadGroup& group : groups) {
+      forward_block.q = full_q.slice(kBshd.head, group.query.first, group.query.count);
+      forward_block.q_position = 0;
+      forward_block.segments = {{full_k.slice(kBshd.head, group.kv.first, group.kv.count),
+                                 full_v.slice(kBshd.head, group.kv.first, group.kv.count), 0}};
+      forward_block.mask = mask;
+      forward_block.scale = scale;
+      forward_block.out = full_out.slice(kBshd.head, group.query.first, group.query.count);
+      forward_block.lse = full_lse.slice(kBhs.head, group.query.first, group.query.count);
+      kernels->forward(forward_block);
+    }
+  }
+
+  void attend_locally_backward() {
+    kernels->fill(full_dq, 0.0f);
+    kernels->fill(full_dk, 0.0f);
+    kernels->fill(full_dv, 0.0f);
+    for (const HeadGroup& group : groups) {
+      const auto queries = [&](const TensorView& tensor, Axes axes) {
+        return tensor.slice(axes.head, group.query.first, group.query.count);
+      };
+      const auto keys = [&](const TensorView& tensor) {
+        return tensor.slice(kBshd.head, group.kv.first, group.kv.count);
+      };
+      backward_block.q = queries(full_q, kBshd);
+      backward_block.q_position = 0;
+      backward_block.segments = {{{keys(full_k), keys(full_v), 0}, keys(full_dk), keys(full_dv)}};
+      backward_block.dout = queries(full_dout, kBshd);
+      backward_block.out = output_travels() ? queries(full_out, kBshd) : TensorView{};
+      backward_block.lse = queries(full_lse, kBhs);
+      backward_block.delta = output_travels() ? TensorView{} : queries(full_delta, kBhs);
+      backward_block.mask = mask;
+      backward_block.scale = scale;
+      backward_block.dq = queries(full_dq, kBshd);
+      kernels->backward(backward_block);
+    }
+  }
+
+  void exchange(ProfileRecorder& recorder, int step, const AllToAllExchange& blocks) {
+    const int peers = comm.size() - 1;
+    recorder.sent(step, static_cast<double>(blocks.bytes_per_peer()) * peers, peers);
+    std::unique_ptr<PendingTransfer> transfer = blocks.start(comm);
+    recorder.wait(step, comm, *transfer);
+  }
+
+  // Sequence shard -> blocks: the block for peer p gets heads `heads_of[p]` of this rank's tokens.
+  void pack_head_shards(const TensorView& shard, Axes axes, const std::vector<HeadRange>& heads_of,
+                        const AllToAllExchange& blocks, int part) {
+    for (int peer = 0; peer < ranks; ++peer) {
+      const HeadRange& heads = heads_of[static_cast<std::size_t>(peer)];
+      kernels->copy(shard.slice(axes.head, heads.first, heads.count),
+                    blocks.to_send(peer, part).slice(axes.head, 0, heads.count));
+    }
+  }
+
+  // Blocks -> head shard: block j holds rank j's tokens, which go to their place in the sequence.
+  void unpack_sequence_shards(const AllToAllExchange& blocks, int part, Axes axes, TensorView full) {
+    for (int source = 0; source < ranks; ++source)
+      kernels->copy(blocks.received(source, part).slice(axes.head, 0, full.size(axes.head)),
+                    full.slice(axes.seq, source * local_seq, local_seq));
+  }
+
+  // Head shard -> blocks: the block for peer p gets p's tokens of this rank's heads.
+  void pack_sequence_shards(const TensorView& full, Axes axes, const AllToAllExchange& blocks, int part) {
+    for (int peer = 0; peer < ranks; ++peer)
+      kernels->copy(full.slice(axes.seq, peer * local_seq, local_seq),
+                    blocks.to_send(peer, part).slice(axes.head, 0, full.size(axes.head)));
+  }
+
+  // Blocks -> sequence shard: block j holds heads `heads_of[j]` of this rank's tokens.
+  void unpack_head_shards(const AllToAllExchange& blocks, int part, Axes axes, const std::vector<HeadRange>& heads_of,
+                          TensorView shard, Arrival arrival) {
+    for (int source = 0; source < ranks; ++source) {
+      const HeadRange& heads = heads_of[static_cast<std::size_t>(source)];
+      const TensorView arrived = blocks.received(source, part).slice(axes.head, 0, heads.count);
+      const TensorView place = shard.slice(axes.head, heads.first, heads.count);
+      if (arrival == Arrival::sum) kernels->add(arrived, place);
+      else kernels->copy(arrived, place);
+    }
+  }
+
+  // Both communicators of this call; the inner strategy binds its own.
+  void bind_stream() {
+    bind_to_stream(device_stream, *kernels, comm);
+    world.set_compute_stream(device_stream);
+  }
+
+  void pack_inputs(const AllToAllExchange& inputs, const TensorView& q, const TensorView& k, const TensorView& v) {
+    pack_head_shards(q, kBshd, query_heads_of, inputs, kQPart);
+    pack_head_shards(k, kBshd, kv_heads_of, inputs, kKPart);
+    pack_head_shards(v, kBshd, kv_heads_of, inputs, kVPart);
+  }
+  void unpack_inputs(const AllToAllExchange& inputs) {
+    unpack_sequence_shards(inputs, kQPart, kBshd, full_q);
+    unpack_sequence_shards(inputs, kKPart, kBshd, full_k);
+    unpack_sequence_shards(inputs, kVPart, kBshd, full_v);
+  }
+
+  Communicator& world;  // every rank of the call
+  AcrossGroups across;
+  Communicator& comm;   // the ranks that trade heads for tokens: the group, or the world
+  const AttentionShape shape;
+  const std::vector<CallField> signature;
+  const SequenceLayout sequence_layout;
+  std::unique_ptr<BlockKernels> kernels;
+  void* device_stream = nullptr;  // see set_stream
+  const AttentionMask mask;
+  const float scale;
+  const int rank;   // in comm
+  const int ranks;  // in comm: N1 for USP, N for plain Ulysses
+  const int64_t local_seq;       // S / N
+  const int64_t group_seq;       // the sequence a head shard holds: S / N2 (plain Ulysses: S)
+  const int64_t heads_per_rank;  // H / ranks query heads per head shard
+  const int64_t group_size;      // H / HK query heads per kv head
+  const DType result_dtype;      // of full_out, full_dq, full_dk, full_dv and the gradient blocks
+  std::vector<HeadRange> query_heads_of;  // per rank, global query heads of its head shard
+  std::vector<HeadRange> kv_heads_of;     // per rank, global kv heads its query heads read
+  int64_t kv_heads_per_block = 0;         // the most kv heads any rank reads
+  int64_t own_kv_heads = 0;               // kv heads this rank reads
+  std::vector<HeadGroup> groups;          // this rank's query heads as kernel calls
+
+  AllToAllExchange forward_inputs;   // q, k, v
+  AllToAllExchange forward_results;  // out, lse
+  AllToAllExchange backward_inputs;  // q, k, v, dout, lse, and delta or out (see output_travels)
+  AllToAllExchange gradients;        // dq, dk, dv in result_dtype
+
+  std::vector<DeviceBuffer> head_shard_buffers;
+  TensorView full_q;    // (B, group_seq, H/ranks, D)
+  TensorView full_k;    // (B, group_seq, own_kv_heads, D)
+  TensorView full_v;    // (B, group_seq, own_kv_heads, D)
+  TensorView full_lse;  // (B, H/ranks, group_seq) fp32: written by forward, received by backward
+  std::vector<DeviceBuffer> out_buffers;
+  TensorView full_out;  // (B, group_seq, H/ranks, D) result_dtype: written by forward, received by backward when
+                        // output_travels()
+  std::vector<DeviceBuffer> backward_buffers;
+  TensorView local_delta;  // (B, H, S/N) fp32, block kernels that read only delta
+  TensorView full_dout;    // (B, group_seq, H/ranks, D)
+  TensorView full_delta;   // (B, H/ranks, group_seq) fp32, block kernels that read only delta
+  TensorView full_dq;      // (B, group_seq, H/ranks, D) result_dtype
+  TensorView full_dk;      // (B, group_seq, own_kv_heads, D) result_dtype
+  TensorView full_dv;      // (B, group_seq, own_kv_heads, D) result_dtype
+  TensorView dk_sum;       // (B, S/N, HK, D) fp32: every rank's contribution to this rank's tokens
+  TensorView dv_sum;       // (B, S/N, HK, D) fp32
+  Profile inner_timing;    // the inner strategy's last call
+  // Reused across calls so that their segment lists keep their capacity.
+  ForwardBlock forward_block;
+  BackwardBlock backward_block;
+};
+
+std::unique_ptr<Strategy> make_ulysses_strategy(Communicator& communicator, const AttentionShape& shape,
+                                                const AttentionOptions& options, const std::string& caller_error) {
+  const int ranks = communicator.size();
+  const std::vector<CallField> signature = call_signature(Algorithm::ulysses, shape, options);
+  agree_on_call(communicator,
+                first_error({caller_error, shape_and_options_error(shape, options, communicator.device()),
+                             ulysses_error(shape, ranks)}),
+                signature);
+  return make_agreed_ulysses_strategy(communicator, AcrossGroups{},
+                                      SequenceLayout(LayoutKind::contiguous, shape.seq, ranks), signature, shape,
+                                      options);
+}
+
+std::unique_ptr<Strategy> make_agreed_ulysses_strategy(Communicator& world, AcrossGroups across, SequenceLayout layout,
+                                                       std::vector<CallField> signature, const AttentionShape& shape,
+                                                       const AttentionOptions& options) {
+  return std::make_unique<UlyssesStrategy>(world, std::move(across), std::move(layout), std::move(signature), shape,
+                                           options);
+}
+
+}  // namespace spattn
