@@ -173,8 +173,8 @@ int run_command(const RunOptions& given) {
   RunOptions options = given;
   choose_cpu_threads(options);
   MpiCommunicator world;
-  const DevicePlacement placement = place_on_devices(
-      world, options.device == "cuda" ? DeviceKind::cuda : DeviceKind::cpu, parse_transport(options.transport));
+  const DevicePlacement placement =
+      place_on_devices(world, parse_device_kind(options.device), parse_transport(options.transport));
   const std::unique_ptr<Communicator> communicator = make_device_communicator(world, placement);
   const AttentionProblem problem = agreed_problem(world, options);
   StrategyOptions strategy_options;

@@ -20,6 +20,8 @@ struct Device {
 
 /// "cpu" or "cuda".
 std::string device_kind_name(DeviceKind kind);
+/// The DeviceKind of device_kind_name's `name`; throws Error naming `name` and the allowed names.
+DeviceKind parse_device_kind(const std::string& name);
 /// "cpu" or "cuda:N".
 std::string device_name(const Device& device);
 

@@ -6,6 +6,7 @@
 #include <array>
 #include <cstring>
 
+#include "core/name_table.hpp"
 #include "spattn/device_memory.hpp"
 #include "spattn/error.hpp"
 
@@ -40,32 +41,24 @@ bool nccl_built() {
 #endif
 }
 
+const NameTable<Transport>& transport_names() {
+  static const NameTable<Transport> table("transport", {{Transport::automatic, "auto"},
+                                                        {Transport::mpi, "mpi"},
+                                                        {Transport::nccl, "nccl"},
+                                                        {Transport::staged_mpi, "staged-mpi"}});
+  return table;
+}
+
 }  // namespace
 
 const std::vector<Transport>& all_transports() {
-  static const std::vector<Transport> transports = {Transport::automatic, Transport::mpi, Transport::nccl,
-                                                    Transport::staged_mpi};
+  static const std::vector<Transport> transports = transport_names().values();
   return transports;
 }
 
-std::string transport_name(Transport transport) {
-  switch (transport) {
-    case Transport::automatic: return "auto";
-    case Transport::mpi: return "mpi";
-    case Transport::nccl: return "nccl";
-    case Transport::staged_mpi: return "staged-mpi";
-  }
-  return "unknown";
-}
+std::string transport_name(Transport transport) { return transport_names().name(transport); }
 
-Transport parse_transport(const std::string& name) {
-  std::string allowed;
-  for (Transport transport : all_transports()) {
-    if (transport_name(transport) == name) return transport;
-    allowed += (allowed.empty() ? "" : ", ") + transport_name(transport);
-  }
-  SPATTN_FAIL("unknown transport '" << name << "'; allowed: " << allowed);
-}
+Transport parse_transport(const std::string& name) { return transport_names().parse(name); }
 
 DevicePlacement place_on_devices(Communicator& world, DeviceKind kind, Transport transport) {
   RankMachine mine;

@@ -1,36 +1,30 @@
 #include "spattn/algorithm.hpp"
 
-#include "spattn/error.hpp"
+#include "core/name_table.hpp"
 
 namespace spattn {
+namespace {
+
+const NameTable<Algorithm>& algorithm_names() {
+  static const NameTable<Algorithm> table("algorithm", {{Algorithm::ring, "ring"},
+                                                        {Algorithm::zigzag, "zigzag"},
+                                                        {Algorithm::ulysses, "ulysses"},
+                                                        {Algorithm::hamilton, "hamilton"},
+                                                        {Algorithm::hamilton2, "hamilton2"},
+                                                        {Algorithm::allgather, "allgather"},
+                                                        {Algorithm::usp, "usp"}});
+  return table;
+}
+
+}  // namespace
 
 const std::vector<Algorithm>& all_algorithms() {
-  static const std::vector<Algorithm> algorithms = {Algorithm::ring,      Algorithm::zigzag,    Algorithm::ulysses,
-                                                    Algorithm::hamilton,  Algorithm::hamilton2, Algorithm::allgather,
-                                                    Algorithm::usp};
+  static const std::vector<Algorithm> algorithms = algorithm_names().values();
   return algorithms;
 }
 
-std::string algorithm_name(Algorithm algorithm) {
-  switch (algorithm) {
-    case Algorithm::ring: return "ring";
-    case Algorithm::zigzag: return "zigzag";
-    case Algorithm::ulysses: return "ulysses";
-    case Algorithm::hamilton: return "hamilton";
-    case Algorithm::hamilton2: return "hamilton2";
-    case Algorithm::allgather: return "allgather";
-    case Algorithm::usp: return "usp";
-  }
-  return "unknown";
-}
+std::string algorithm_name(Algorithm algorithm) { return algorithm_names().name(algorithm); }
 
-Algorithm parse_algorithm(const std::string& name) {
-  std::string allowed;
-  for (Algorithm algorithm : all_algorithms()) {
-    if (algorithm_name(algorithm) == name) return algorithm;
-    allowed += (allowed.empty() ? "" : ", ") + algorithm_name(algorithm);
-  }
-  SPATTN_FAIL("unknown algorithm '" << name << "'; allowed: " << allowed);
-}
+Algorithm parse_algorithm(const std::string& name) { return algorithm_names().parse(name); }
 
 }  // namespace spattn
