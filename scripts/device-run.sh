@@ -14,9 +14,10 @@
 #                at SPATTN_SWEEP_RANKS ranks (default 1 2 3 8) over the machine's GPUs
 #   forward-sweep  the same without --backward (out and lse only), for each --kernel in
 #                SPATTN_SWEEP_KERNELS (default own cudnn): forward-sweep-KERNEL.log
-#   faults       StalledRankOnGpus and PlanMemoryOnGpus at one rank per GPU, then, with two GPUs or
-#                more, `spattn run` over NCCL with a rank killed or stalled (SPATTN_FAULT) for three
-#                strategies (faults.log)
+#   faults       StalledRankOnGpus and PlanMemoryOnGpus at one rank per GPU (SPATTN_FAULTS_FILTER, a
+#                gtest filter, narrows them), then, with two GPUs or more, `spattn run` over NCCL
+#                with a rank killed or stalled (SPATTN_FAULT) for SPATTN_PROGRAM_FAULTS (default
+#                zigzag ulysses hamilton) (faults.log)
 #   python-gpu   SPATTN_CUDA=ON pip install . and pytest tests/python_gpu under torchrun at 1 and
 #                every GPU, then bench/python_call_overhead.py at each (python-build.log,
 #                python-gpu-N.log, python-overhead.log)
@@ -401,7 +402,7 @@ if ! wants faults; then
   :
 elif ((built)); then
   timeout "$(seconds_left)" mpirun --oversubscribe -np "$gpus" "$build_dir/tests/gpu/spattn_gpu_distributed_tests" \
-    --gtest_color=no --gtest_filter='*StalledRankOnGpus*:*PlanMemoryOnGpus*' >"$logs/faults.log" 2>&1
+    --gtest_color=no --gtest_filter="${SPATTN_FAULTS_FILTER:-*StalledRankOnGpus*:*PlanMemoryOnGpus*}" >"$logs/faults.log" 2>&1
   status=$?
   counts="$(gtest_counts "$logs/faults.log")"
   # Then through the program over NCCL, as a user meets it: rank 1 killed or stalled for ever at
@@ -412,7 +413,7 @@ elif ((built)); then
   ((gpus >= 2)) || program_report=" none: one GPU has no second rank to fault"
   for fault in stall kill; do
     ((gpus >= 2)) || break
-    for algorithm in zigzag ulysses hamilton; do
+    for algorithm in ${SPATTN_PROGRAM_FAULTS:-zigzag ulysses hamilton}; do
       launcher=(--oversubscribe -np "$gpus" -x SPATTN_TIMEOUT=3 -x "SPATTN_FAULT=$fault:1:0")
       [[ $fault == kill ]] && launcher+=(--enable-recovery)
       echo "== spattn run over NCCL, SPATTN_FAULT=$fault:1:0, $algorithm" >>"$logs/faults.log"
