@@ -7,8 +7,8 @@
 #include "spattn/error.hpp"
 
 #ifdef SPATTN_WITH_CUDA
-#include "kernels/cuda/cuda_check.hpp"
-#include "kernels/cuda/current_device_guard.hpp"
+#include "core/cuda/cuda_check.hpp"
+#include "core/cuda/current_device_guard.hpp"
 #endif
 
 namespace spattn {

@@ -7,8 +7,8 @@
 #include <cstring>
 #include <sstream>
 
+#include "core/cuda/cuda_check.hpp"
 #include "core/dtype_conversion.hpp"
-#include "kernels/cuda/cuda_check.hpp"
 #include "spattn/dtype.hpp"
 
 namespace spattn::test {

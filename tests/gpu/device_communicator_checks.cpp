@@ -9,7 +9,7 @@
 #include <random>
 
 #include "distributed_world.hpp"
-#include "kernels/cuda/cuda_check.hpp"
+#include "core/cuda/cuda_check.hpp"
 
 namespace spattn::test {
 

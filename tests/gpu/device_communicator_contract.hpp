@@ -14,7 +14,7 @@
 
 #include "device_communicator_checks.hpp"
 #include "distributed_world.hpp"
-#include "kernels/cuda/cuda_check.hpp"
+#include "core/cuda/cuda_check.hpp"
 
 namespace spattn::test {
 

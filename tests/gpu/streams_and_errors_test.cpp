@@ -8,7 +8,7 @@
 #include <string>
 
 #include "cuda_test_support.hpp"
-#include "kernels/cuda/cuda_check.hpp"
+#include "core/cuda/cuda_check.hpp"
 #include "spattn/error.hpp"
 
 namespace spattn::test {

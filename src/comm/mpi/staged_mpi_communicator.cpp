@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <vector>
 
-#include "kernels/cuda/cuda_check.hpp"
-#include "kernels/cuda/current_device_guard.hpp"
+#include "core/cuda/cuda_check.hpp"
+#include "core/cuda/current_device_guard.hpp"
 #include "spattn/error.hpp"
 #include "spattn/mpi_communicator.hpp"
 

@@ -15,8 +15,8 @@
 #include "comm/fault_injection.hpp"
 #include "comm/nccl/transfer_watchdog.hpp"
 #include "comm/timeout_message.hpp"
-#include "kernels/cuda/cuda_check.hpp"
-#include "kernels/cuda/current_device_guard.hpp"
+#include "core/cuda/cuda_check.hpp"
+#include "core/cuda/current_device_guard.hpp"
 #include "spattn/error.hpp"
 
 namespace spattn {

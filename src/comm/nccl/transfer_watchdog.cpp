@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "comm/timeout_message.hpp"
-#include "kernels/cuda/cuda_check.hpp"
+#include "core/cuda/cuda_check.hpp"
 
 namespace spattn {
 

@@ -4,9 +4,9 @@
 #include <limits>
 #include <vector>
 
+#include "core/cuda/cuda_check.hpp"
+#include "core/cuda/current_device_guard.hpp"
 #include "core/memory_ledger.hpp"
-#include "kernels/cuda/cuda_check.hpp"
-#include "kernels/cuda/current_device_guard.hpp"
 #include "kernels/hopper/hopper_forward.hpp"
 #include "spattn/error.hpp"
 

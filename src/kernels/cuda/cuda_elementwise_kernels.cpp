@@ -1,8 +1,8 @@
 #include "kernels/cuda/cuda_elementwise_kernels.hpp"
 
+#include "core/cuda/cuda_check.hpp"
+#include "core/cuda/current_device_guard.hpp"
 #include "core/memory_ledger.hpp"
-#include "kernels/cuda/cuda_check.hpp"
-#include "kernels/cuda/current_device_guard.hpp"
 #include "kernels/cuda/kernel_launches.hpp"
 #include "kernels/cuda/strided_operand.hpp"
 #include "spattn/error.hpp"

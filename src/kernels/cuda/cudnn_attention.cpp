@@ -10,9 +10,9 @@
 #include <string>
 #include <unordered_map>
 
+#include "core/cuda/cuda_check.hpp"
+#include "core/cuda/current_device_guard.hpp"
 #include "core/memory_ledger.hpp"
-#include "kernels/cuda/cuda_check.hpp"
-#include "kernels/cuda/current_device_guard.hpp"
 #include "spattn/error.hpp"
 
 namespace spattn::cuda {

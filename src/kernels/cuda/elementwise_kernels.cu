@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-#include "kernels/cuda/cuda_check.hpp"
+#include "core/cuda/cuda_check.hpp"
 #include "kernels/cuda/element_conversion.cuh"
 #include "kernels/cuda/kernel_launches.hpp"
 #include "kernels/cuda/row_layout.hpp"

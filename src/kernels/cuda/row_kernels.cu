@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <limits>
 
-#include "kernels/cuda/cuda_check.hpp"
+#include "core/cuda/cuda_check.hpp"
 #include "kernels/cuda/element_conversion.cuh"
 #include "kernels/cuda/kernel_launches.hpp"
 #include "kernels/cuda/merge_weights.cuh"

@@ -29,7 +29,7 @@
 #include <atomic>
 #include <cstdint>
 
-#include "kernels/cuda/cuda_check.hpp"
+#include "core/cuda/cuda_check.hpp"
 #include "kernels/cuda/merge_weights.cuh"
 #include "kernels/hopper/forward_problem.hpp"
 #include "kernels/hopper/key_tile_plan.hpp"

@@ -7,8 +7,8 @@
 #include <mutex>
 #include <sstream>
 
-#include "kernels/cuda/cuda_check.hpp"
-#include "kernels/cuda/current_device_guard.hpp"
+#include "core/cuda/cuda_check.hpp"
+#include "core/cuda/current_device_guard.hpp"
 #include "kernels/hopper/forward_problem.hpp"
 #include "spattn/error.hpp"
 

@@ -1,7 +1,7 @@
 #include "kernels/hopper/query_tile_counter.hpp"
 
-#include "kernels/cuda/cuda_check.hpp"
-#include "kernels/cuda/current_device_guard.hpp"
+#include "core/cuda/cuda_check.hpp"
+#include "core/cuda/current_device_guard.hpp"
 
 namespace spattn::cuda::hopper {
 

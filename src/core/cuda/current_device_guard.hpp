@@ -4,7 +4,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "kernels/cuda/cuda_check.hpp"
+#include "core/cuda/cuda_check.hpp"
 
 namespace spattn::cuda {
 
