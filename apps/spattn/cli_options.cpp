@@ -5,7 +5,6 @@
 #include <cmath>
 #include <iterator>
 #include <sstream>
-#include <string_view>
 #include <vector>
 
 #include "kernels/block_kernels.hpp"
@@ -133,16 +132,13 @@ void parse_algorithm(RunOptions& options, const std::string& name) {
 }
 
 // `parse(text)` of the library, its Error turned into a UsageError of `option`: the library's
-// list of allowed spellings is reused, without its "spattn: " so that it is not repeated.
+// list of allowed spellings is reused, without its kErrorPrefix so that it is not repeated.
 template <typename Parse>
 auto parse_with_library(const char* option, Parse&& parse, const std::string& text) {
   try {
     return parse(text);
   } catch (const Error& error) {
-    const std::string_view message = error.what();
-    const std::string_view prefix = "spattn: ";
-    throw UsageError(std::string(option) + ": " +
-                     std::string(message.substr(message.rfind(prefix, 0) == 0 ? prefix.size() : 0)));
+    throw UsageError(std::string(option) + ": " + without_error_prefix(error.what()));
   }
 }
 

@@ -18,7 +18,7 @@ inline constexpr uint64_t kDefaultSeed = 1234;
 /// A mistake in the command line, as opposed to a failure while running. main() exits with
 /// status 2 for this and 1 for any other Error.
 struct UsageError : Error {
-  explicit UsageError(const std::string& message) : Error("spattn: " + message) {}
+  explicit UsageError(const std::string& message) : Error(kErrorPrefix + message) {}
 };
 
 /// --algo of `spattn run` that lets the cost model choose (schedule/cost_model.hpp: fastest_strategy).

@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
         if (is_first_rank()) std::cout << spattn::app::plan_text(command.plan) << std::endl;
         const std::string refusal = spattn::app::plan_refusal(command.plan);
         if (refusal.empty()) return 0;
-        if (is_first_rank()) std::cerr << "spattn: " << refusal << std::endl;
+        if (is_first_rank()) std::cerr << spattn::kErrorPrefix << refusal << std::endl;
         return 1;
       }
     }

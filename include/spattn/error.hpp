@@ -23,6 +23,12 @@ class TimeoutError : public Error {
   explicit TimeoutError(const std::string& message) : Error(message) {}
 };
 
+/// Every message of an Error starts with this, which says where it comes from.
+inline constexpr const char kErrorPrefix[] = "spattn: ";
+
+/// `message` without kErrorPrefix, for quoting one error's message inside another.
+std::string without_error_prefix(const std::string& message);
+
 namespace detail {
 [[noreturn]] void throw_error(const char* file, int line, const std::string& message);
 [[noreturn]] void throw_timeout_error(const std::string& message);

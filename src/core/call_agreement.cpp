@@ -43,12 +43,6 @@ std::string differing_fields(const std::vector<CallField>& fields, const CallRec
   return text.str();
 }
 
-std::string without_prefix(std::string message) {
-  const std::string prefix = "spattn: ";
-  if (message.compare(0, prefix.size(), prefix) == 0) message.erase(0, prefix.size());
-  return message;
-}
-
 }  // namespace
 
 void agree_on_call(Communicator& communicator, const std::string& local_error,
@@ -68,9 +62,10 @@ void agree_on_call(Communicator& communicator, const std::string& local_error,
   for (int rank = 0; rank < ranks; ++rank) {
     const CallRecord& record = records[static_cast<std::size_t>(rank)];
     if (!record.failed) continue;
-    const std::string message = without_prefix(std::string(record.message, strnlen(record.message, kMessageBytes)));
-    if (rank == communicator.rank()) throw Error("spattn: " + message);
-    throw Error("spattn: rank " + std::to_string(rank) + " rejected the call: " + message);
+    const std::string message =
+        without_error_prefix(std::string(record.message, strnlen(record.message, kMessageBytes)));
+    if (rank == communicator.rank()) SPATTN_FAIL(message);
+    SPATTN_FAIL("rank " << rank << " rejected the call: " << message);
   }
   const CallRecord& first = records.front();
   for (int rank = 1; rank < ranks; ++rank) {

@@ -1,19 +1,21 @@
 #include "spattn/error.hpp"
 
-namespace spattn::detail {
+namespace spattn {
 
-namespace {
-
-// Messages are written for users of the library: they say where they come from, and the source
-// location would only add noise.
-std::string message_for_users(const std::string& message) { return "spattn: " + message; }
-
-}  // namespace
-
-void throw_error(const char* /*file*/, int /*line*/, const std::string& message) {
-  throw Error(message_for_users(message));
+std::string without_error_prefix(const std::string& message) {
+  const std::string prefix = kErrorPrefix;
+  return message.compare(0, prefix.size(), prefix) == 0 ? message.substr(prefix.size()) : message;
 }
 
-void throw_timeout_error(const std::string& message) { throw TimeoutError(message_for_users(message)); }
+namespace detail {
 
-}  // namespace spattn::detail
+// The source location is left out: messages are written for users of the library, and it would
+// only add noise.
+void throw_error(const char* /*file*/, int /*line*/, const std::string& message) {
+  throw Error(kErrorPrefix + message);
+}
+
+void throw_timeout_error(const std::string& message) { throw TimeoutError(kErrorPrefix + message); }
+
+}  // namespace detail
+}  // namespace spattn
