@@ -110,12 +110,15 @@ def auto_select_flash_attn_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Te
     if kwargs:
         raise TypeError(f"auto_select_flash_attn_forward got unexpected arguments {sorted(kwargs)}; allowed beside "
                         "the named ones: kernel_type")
-    refusals = [f"{name}={value!r} is not supported (allowed: {allowed})" for name, value, allowed, supported in (
-        ("dropout_p", dropout_p, "0.0", dropout_p == 0),
-        ("alibi_slopes", alibi_slopes, "None", alibi_slopes is None),
-        ("return_softmax", return_softmax, "False", not return_softmax),
-        ("kernel_type", kernel_type, "any of sp_aurora's names or None",
-         kernel_type is None or isinstance(kernel_type, str))) if not supported]
+    refusals = []
+    if dropout_p != 0:
+        refusals.append(f"dropout_p={dropout_p!r} is not supported (allowed: 0.0)")
+    if alibi_slopes is not None:
+        refusals.append(f"alibi_slopes={alibi_slopes!r} is not supported (allowed: None)")
+    if return_softmax:
+        refusals.append(f"return_softmax={return_softmax!r} is not supported (allowed: False)")
+    if not (kernel_type is None or isinstance(kernel_type, str)):
+        refusals.append(f"kernel_type={kernel_type!r} is not supported (allowed: any of sp_aurora's names or None)")
     if refusals:
         raise ValueError("auto_select_flash_attn_forward: " + "; ".join(refusals))
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:

@@ -1,7 +1,8 @@
 #pragma once
 // The names users spell for the values of an enumeration (algorithms, transports, kernel choices,
-// dtypes), in one table per enumeration: the name of a value, the value of a name with the error
-// that lists what is allowed, and the values in order are all read from the same entries.
+// dtypes, device kinds), in one table per enumeration: the name of a value, the value of a name
+// with the error that lists what is allowed, and the values in order are all read from the same
+// entries.
 
 #include <initializer_list>
 #include <string>

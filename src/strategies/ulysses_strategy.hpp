@@ -15,8 +15,8 @@ namespace spattn {
 
 // Whom a Ulysses strategy talks to and how it attends its head shards. Plain Ulysses trades heads
 // for tokens over every rank and attends the whole sequence with the block kernels (all members
-// null). USP trades them inside a group and attends the group's tokens with a zigzag ring across
-// the groups.
+// null). USP trades them inside a group and attends the group's tokens with a rotation (ring,
+// zigzag or hamilton) across the groups.
 struct AcrossGroups {
   std::unique_ptr<Communicator> group;          // the ranks that trade heads for tokens
   std::unique_ptr<Communicator> across_groups;  // the ranks of this member index in every group
