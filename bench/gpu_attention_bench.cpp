@@ -29,6 +29,7 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -231,10 +232,33 @@ PassTimes time_own_forward_alone(Communicator& alone, const AttentionShape& shap
   const std::string unsupported = cuda::hopper_forward_unsupported(block);
   SPATTN_CHECK(unsupported.empty(), "the own forward: " << unsupported);
   PassTimes times;
-  const cuda::hopper::QueryTileCounter tile_counter;
+  const cuda::hopper::QueryTileCounter tile_counter(device);
   times.forward_ms = time_calls(alone, device, options.warmup, options.iterations,
-                                [&] { cuda::hopper_forward(block, nullptr, tile_counter.data()); });
+                                [&] { cuda::hopper_forward(block, nullptr, &tile_counter); });
   return times;
+}
+
+// `measure` on every rank or on none: when it throws on some rank, every rank drops it (the lowest
+// failing rank says why), so that no rank goes on to a collective that another never reaches. A
+// rank that a failed one left waiting inside a transfer meets spattn's timeout and fails too.
+std::optional<PassTimes> measure_on_every_rank(Communicator& world, const std::string& what,
+                                               const std::function<PassTimes()>& measure) {
+  PassTimes times;
+  int failed = 0;
+  std::string why;
+  try {
+    times = measure();
+  } catch (const Error& error) {
+    failed = 1;
+    why = error.what();
+  }
+  std::vector<int> everyone(static_cast<std::size_t>(world.size()));
+  world.host_all_gather(&failed, everyone.data(), sizeof failed);
+  const auto first_failed = std::find(everyone.begin(), everyone.end(), 1);
+  if (first_failed == everyone.end()) return times;
+  if (first_failed - everyone.begin() == world.rank())
+    std::printf("%s (rank %d of %d): %s\n", what.c_str(), world.rank(), world.size(), why.c_str());
+  return std::nullopt;
 }
 
 double forward_flop(const AttentionShape& shape, bool causal) {
@@ -253,9 +277,14 @@ struct Row {
   double peak_mib = 0;  // of forward+backward, on each of its rows
 };
 
-void write_rows(const BenchOptions& options, const std::vector<Row>& rows) {
+void write_header() {
   std::printf("\n%-18s %-10s %4s %8s %4s %6s %-17s %10s %9s %9s %8s %9s\n", "implementation", "algorithm", "gpus", "tok/gpu",
               "HK", "causal", "pass", "ms", "TFLOP/s", "ideal", "% ideal", "peak MiB");
+  std::fflush(stdout);
+}
+
+// Rows go out as each measurement ends, so that a run stopped at its time limit keeps what it measured.
+void write_rows(const BenchOptions& options, const std::vector<Row>& rows) {
   for (const Row& row : rows)
     std::printf("%-18s %-10s %4d %8lld %4lld %6s %-17s %10.3f %9.1f %9.1f %8.1f %9.0f\n", row.implementation.c_str(),
                 row.algorithm.c_str(), row.gpus, static_cast<long long>(row.tokens_per_gpu),
@@ -294,6 +323,7 @@ int run(int argc, char** argv) {
     std::printf("spattn_gpu_bench: %d rank(s) over %s, %d rank(s) per GPU; warmup %d, iters %d\n", gpus,
                 transport_name(placement.transport).c_str(), placement.ranks_per_device, options.warmup,
                 options.iterations);
+  if (world.rank() == 0) write_header();
 
   for (const int64_t kv_heads : options.kv_heads) {
     for (const bool causal : options.causal) {
@@ -308,26 +338,31 @@ int run(int argc, char** argv) {
                                    options.dtype};
         const double flop = forward_flop(shape, causal);
         std::vector<Row> rows;
+        const auto write_and_clear = [&] {
+          if (world.rank() == 0) write_rows(options, rows);
+          rows.clear();
+        };
+        // Which timing runs, on stderr: a run stopped at its time limit says where it was.
+        const auto announce = [&](const std::string& what, int64_t seq) {
+          if (world.rank() == 0)
+            std::fprintf(stderr, "timing %s, %s, %lld tokens\n", what.c_str(), causal ? "causal" : "no mask",
+                         static_cast<long long>(seq));
+        };
         PassTimes ideal;
         if (options.ideal) {
-          try {
-            ideal = time_strategy(*alone, *alone, Algorithm::ring, shape, attention, options);
-          } catch (const Error& error) {  // e.g. the whole sequence does not fit one GPU
-            if (world.rank() == 0) std::printf("ideal at %lld tokens: %s\n", static_cast<long long>(shape.seq), error.what());
-          }
-          PassTimes cudnn;
-          try {
-            cudnn = time_cudnn_alone(*alone, shape, causal, options);
-          } catch (const Error& error) {
-            if (world.rank() == 0) std::printf("cuDNN alone at %lld tokens: %s\n", static_cast<long long>(shape.seq), error.what());
-          }
-          PassTimes own;
-          try {
-            own = time_own_forward_alone(*alone, shape, causal, options);
-          } catch (const Error& error) {
-            if (world.rank() == 0) std::printf("own kernel alone at %lld tokens: %s\n", static_cast<long long>(shape.seq), error.what());
-          }
-          world.barrier();
+          // Each may fail for want of memory: the whole sequence on one GPU.
+          announce(spattn_name + "_one_gpu", shape.seq);
+          ideal = measure_on_every_rank(world, "the ideal", [&] {
+                    return time_strategy(*alone, *alone, Algorithm::ring, shape, attention, options);
+                  }).value_or(PassTimes{});
+          announce("cudnn_call_one_gpu", shape.seq);
+          const PassTimes cudnn = measure_on_every_rank(world, "cuDNN alone", [&] {
+                                    return time_cudnn_alone(*alone, shape, causal, options);
+                                  }).value_or(PassTimes{});
+          announce("own_call_one_gpu", shape.seq);
+          const PassTimes own = measure_on_every_rank(world, "the own kernel alone", [&] {
+                                  return time_own_forward_alone(*alone, shape, causal, options);
+                                }).value_or(PassTimes{});
           for (const auto& [implementation, times] :
                {std::make_pair(spattn_name + "_one_gpu", ideal), std::make_pair(std::string("cudnn_call_one_gpu"), cudnn),
                 std::make_pair(std::string("own_call_one_gpu"), own)})
@@ -336,32 +371,31 @@ int run(int argc, char** argv) {
               if (ms > 0)
                 rows.push_back({implementation, "local", 1, shape.seq, kv_heads, causal, pass, ms,
                                 factor * flop / (ms * 1e-3) * 1e-12, 0, times.peak_mib});
+          write_and_clear();
         }
         // One GPU on one rank's shard alone (tokens per GPU, no communication): what each
         // strategy's time and memory per GPU compare with.
         {
           const AttentionShape shard{options.batch, tokens, options.heads, kv_heads, options.head_dim, options.dtype};
-          PassTimes local;
-          try {
-            local = time_strategy(*alone, *alone, Algorithm::ring, shard, attention, options);
-          } catch (const Error& error) {
-            if (world.rank() == 0) std::printf("local shard at %lld tokens: %s\n", static_cast<long long>(tokens), error.what());
-          }
-          world.barrier();
+          announce(spattn_name + "_local_shard", tokens);
+          const PassTimes local = measure_on_every_rank(world, "the local shard", [&] {
+                                    return time_strategy(*alone, *alone, Algorithm::ring, shard, attention, options);
+                                  }).value_or(PassTimes{});
           for (const auto& [pass, ms, factor] : {std::make_tuple("forward", local.forward_ms, 1.0),
                                                  std::make_tuple("forward+backward", local.forward_backward_ms, 3.5)})
             if (ms > 0)
               rows.push_back({spattn_name + "_local_shard", "local", 1, tokens, kv_heads, causal, pass, ms,
                               factor * forward_flop(shard, causal) / (ms * 1e-3) * 1e-12, 0, local.peak_mib});
+          write_and_clear();
         }
         for (const std::string& name : options.algorithms) {
-          PassTimes times;
-          try {
-            times = time_strategy(world, *communicator, parse_algorithm(name), shape, attention, options);
-          } catch (const Error& error) {  // agreed on every rank: e.g. hamilton at 4 ranks
-            if (world.rank() == 0) std::printf("%s: %s\n", name.c_str(), error.what());
-            continue;
-          }
+          announce(spattn_name + " " + name, shape.seq);
+          // A refused plan (e.g. hamilton at 4 ranks) is refused on every rank alike.
+          const std::optional<PassTimes> measured = measure_on_every_rank(world, name, [&] {
+            return time_strategy(world, *communicator, parse_algorithm(name), shape, attention, options);
+          });
+          if (!measured) continue;
+          const PassTimes& times = *measured;
           for (const auto& [pass, ms, ideal_ms, factor] :
                {std::make_tuple("forward", times.forward_ms, ideal.forward_ms, 1.0),
                 std::make_tuple("forward+backward", times.forward_backward_ms, ideal.forward_backward_ms, 3.5)}) {
@@ -369,8 +403,8 @@ int run(int argc, char** argv) {
             rows.push_back({spattn_name, name, gpus, tokens, kv_heads, causal, pass, ms,
                             factor * flop / (ms * 1e-3) * 1e-12 / gpus, ideal_tflops, times.peak_mib});
           }
+          write_and_clear();
         }
-        if (world.rank() == 0) write_rows(options, rows);
       }
     }
   }

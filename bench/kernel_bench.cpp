@@ -173,7 +173,7 @@ struct Row {
 bool run_cases(const KernelBenchOptions& options, cudaStream_t stream, std::vector<Row>& rows) {
   const Device device{DeviceKind::cuda, 0};
   cuda::CudnnAttention cudnn(device, stream);
-  const cuda::hopper::QueryTileCounter tile_counter;  // the own launches on `stream`
+  const cuda::hopper::QueryTileCounter tile_counter(device);  // the own launches on `stream`
   bool wrong = false;
 
   for (const int64_t head_dim : options.head_dims)
@@ -204,7 +204,7 @@ bool run_cases(const KernelBenchOptions& options, cudaStream_t stream, std::vect
           block.lse = TensorView::contiguous(own_lse.data(), DType::f32, {batch, H, seq}, device);
           if (final_out)
             block.final_out = TensorView::contiguous(own_final_out.data(), options.dtype, {batch, seq, H, D}, device);
-          cuda::hopper_forward(block, stream, tile_counter.data());
+          cuda::hopper_forward(block, stream, &tile_counter);
         };
         const std::vector<cuda::CudnnPiece> pieces = cuda::plan_cudnn_pieces(seq, 0, seq, 0, mask);
         SPATTN_CHECK(pieces.size() == 1, "cuDNN takes this call in " << pieces.size() << " pieces, not one");

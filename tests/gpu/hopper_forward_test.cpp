@@ -27,6 +27,7 @@
 #include "cuda_test_support.hpp"
 #include "kernels/cuda/cuda_block_kernels.hpp"
 #include "kernels/hopper/hopper_forward.hpp"
+#include "spattn/error.hpp"
 
 namespace spattn::test {
 namespace {
@@ -81,7 +82,7 @@ class HopperForward : public CudaKernelTest {
     CudaKernelTest::SetUp();
     if (IsSkipped()) return;
     cudnn_ = std::make_unique<cuda::CudaBlockKernels>(kGpu, gpu_->stream(), KernelChoice::cudnn);
-    tile_counter_ = std::make_unique<cuda::hopper::QueryTileCounter>();
+    tile_counter_ = std::make_unique<cuda::hopper::QueryTileCounter>(kGpu);
   }
 
   /// "" when the own forward runs (dtype, head_dim) here; else the reason, which must say
@@ -94,7 +95,7 @@ class HopperForward : public CudaKernelTest {
 
   void run_own(DeviceBlock& device_block) {
     ASSERT_EQ(cuda::hopper_forward_unsupported(device_block.block), "");
-    cuda::hopper_forward(device_block.block, gpu_->stream(), tile_counter_->data());
+    cuda::hopper_forward(device_block.block, gpu_->stream(), tile_counter_.get());
   }
 
   /// The own forward of `c` against fp64 and against cuDNN's error on the same inputs.
@@ -319,12 +320,12 @@ TEST_F(HopperForward, LargerBlockIsAccurateAndDeterministic) {
     cudaStream_t other = nullptr;
     ASSERT_EQ(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking), cudaSuccess);
     ASSERT_EQ(cudaStreamSynchronize(gpu_->stream()), cudaSuccess);  // the inputs are uploaded
-    cuda::hopper::QueryTileCounter other_counter;
-    cuda::hopper_forward(third.block, other, other_counter.data());
+    cuda::hopper::QueryTileCounter other_counter(kGpu);
+    cuda::hopper_forward(third.block, other, &other_counter);
     cudaGraph_t graph = nullptr;
     cudaGraphExec_t replay = nullptr;
     ASSERT_EQ(cudaStreamBeginCapture(other, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-    cuda::hopper_forward(fourth.block, other, other_counter.data());
+    cuda::hopper_forward(fourth.block, other, &other_counter);
     ASSERT_EQ(cudaStreamEndCapture(other, &graph), cudaSuccess);
     ASSERT_EQ(cudaGraphInstantiate(&replay, graph, 0), cudaSuccess);
     ASSERT_EQ(cudaGraphLaunch(replay, other), cudaSuccess);
@@ -341,6 +342,33 @@ TEST_F(HopperForward, LargerBlockIsAccurateAndDeterministic) {
     expect_identical(lse, third.lse->download(), "lse of a run on another stream");
     expect_identical(out, fourth.out->download(), "out of a run from a CUDA graph");
     expect_identical(lse, fourth.lse->download(), "lse of a run from a CUDA graph");
+  }
+}
+
+TEST_F(HopperForward, TileCounterLivesOnItsNamedGpuAndRefusesAnother) {
+  int gpus = 0;
+  ASSERT_EQ(cudaGetDeviceCount(&gpus), cudaSuccess);
+  if (gpus < 2) GTEST_SKIP() << "needs two GPUs, has " << gpus;
+  const std::string reason = unsupported(DType::bf16, 128);
+  if (!reason.empty()) GTEST_SKIP() << reason;
+  // cuda:0 current, as in a process that never chose one: the counter still goes to cuda:1.
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  const Device second_gpu{DeviceKind::cuda, 1};
+  const cuda::hopper::QueryTileCounter elsewhere(second_gpu);
+  cudaPointerAttributes attributes{};
+  ASSERT_EQ(cudaPointerGetAttributes(&attributes, elsewhere.data()), cudaSuccess);
+  EXPECT_EQ(attributes.device, 1);
+  // A launch on cuda:0 with it would read it across the bus (or fault without peer access).
+  const BlockCase c{"causal: q 300 at 200 vs 500 at 0", 300, 200, {{500, 0}}, kCausal, 1, 4, 2};
+  const auto [scale, p] = bf16_case(c, 128);
+  DeviceBlock block(*gpu_, p, c, 128, scale);
+  try {
+    cuda::hopper_forward(block.block, gpu_->stream(), &elsewhere);
+    FAIL() << "a tile counter on cuda:1 for a block on cuda:0 was taken";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("tile counter is on cuda:1 but the block's tensors are on cuda:0"),
+              std::string::npos)
+        << error.what();
   }
 }
 

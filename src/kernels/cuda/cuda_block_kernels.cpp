@@ -54,14 +54,14 @@ CudaBlockKernels::CudaBlockKernels(const Device& device, KernelChoice kernel)
     : kernel_(kernel), elementwise_(device), attention_(device, elementwise_.stream()) {
   CurrentDeviceGuard guard(device.index);
   SPATTN_CUDA_CHECK(cudaEventCreateWithFlags(&stream_switch_, cudaEventDisableTiming));
-  if (kernel_ != KernelChoice::cudnn) tile_counter_ = std::make_unique<hopper::QueryTileCounter>();
+  if (kernel_ != KernelChoice::cudnn) tile_counter_ = std::make_unique<hopper::QueryTileCounter>(device);
 }
 
 CudaBlockKernels::CudaBlockKernels(const Device& device, cudaStream_t stream, KernelChoice kernel)
     : kernel_(kernel), elementwise_(device, stream), attention_(device, stream) {
   CurrentDeviceGuard guard(device.index);
   SPATTN_CUDA_CHECK(cudaEventCreateWithFlags(&stream_switch_, cudaEventDisableTiming));
-  if (kernel_ != KernelChoice::cudnn) tile_counter_ = std::make_unique<hopper::QueryTileCounter>();
+  if (kernel_ != KernelChoice::cudnn) tile_counter_ = std::make_unique<hopper::QueryTileCounter>(device);
 }
 
 CudaBlockKernels::~CudaBlockKernels() {
@@ -111,7 +111,7 @@ void CudaBlockKernels::forward(const ForwardBlock& block) {
   if (kernel_ != KernelChoice::cudnn) {
     const std::string own_unsupported = hopper_forward_unsupported(block);
     if (own_unsupported.empty()) {
-      hopper_forward(block, stream(), tile_counter_->data());  // on the block's device, which it makes current
+      hopper_forward(block, stream(), tile_counter_.get());  // on the block's device, which it makes current
       return;
     }
     SPATTN_CHECK(kernel_ == KernelChoice::automatic, "kernel own cannot run this block: " << own_unsupported);

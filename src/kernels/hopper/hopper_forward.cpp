@@ -199,10 +199,14 @@ bool capturing(cudaStream_t stream) {
 
 }  // namespace
 
-void hopper_forward(const ForwardBlock& block, cudaStream_t stream, unsigned* tile_counter) {
+void hopper_forward(const ForwardBlock& block, cudaStream_t stream, const hopper::QueryTileCounter* tile_counter) {
   const std::string reason = block_unsupported(block);
   SPATTN_CHECK(reason.empty(), "the own Hopper forward cannot run this block: " << reason);
   const TensorView& q = block.q;
+  SPATTN_CHECK(tile_counter == nullptr || tile_counter->device() == q.device,
+               "the own Hopper forward's tile counter is on " << device_name(tile_counter->device())
+                                                               << " but the block's tensors are on "
+                                                               << device_name(q.device));
   if (q.numel() == 0) return;
   const Launcher launch = launcher_for(q.size(3), q.dtype);
   CurrentDeviceGuard guard(q.device.index);
@@ -224,7 +228,7 @@ void hopper_forward(const ForwardBlock& block, cudaStream_t stream, unsigned* ti
   for (int dim = 0; dim < 3; ++dim) problem.lse_strides[dim] = block.lse.stride(dim);
   problem.kv_heads = problem.heads;  // until a segment says; only read where there are segments
   problem.accumulate = block.accumulate;
-  problem.tile_counter = capturing(stream) ? nullptr : tile_counter;
+  problem.tile_counter = tile_counter == nullptr || capturing(stream) ? nullptr : tile_counter->data();
 
   // Segments in launches of up to kMaxSegmentsPerLaunch; each launch after the first merges
   // into what the earlier ones wrote, and only the last writes final_out. Segments without keys

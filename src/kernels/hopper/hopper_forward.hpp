@@ -29,11 +29,11 @@ std::string hopper_forward_unsupported(const ForwardBlock& block);
 /// Enqueues `block` (see ForwardBlock) on `stream`; hopper_forward_unsupported(block) must be "".
 /// Blocks of more segments than one launch takes run as several launches, the later ones
 /// accumulating, so the result is the same. Under a mask the query tiles' work differs, and
-/// `tile_counter` (hopper::QueryTileCounter::data(), only ever used by launches that run one
-/// after another) hands them out to the multiprocessors as they come free; with nullptr, or while
-/// `stream` is captured into a CUDA graph, a static schedule takes them (about 3% slower at 4k
-/// causal, the same bits).
-void hopper_forward(const ForwardBlock& block, cudaStream_t stream, unsigned* tile_counter);
+/// `tile_counter` (on the block's device, only ever used by launches that run one after another)
+/// hands them out to the multiprocessors as they come free; with nullptr, or while `stream` is
+/// captured into a CUDA graph, a static schedule takes them (about 3% slower at 4k causal, the
+/// same bits).
+void hopper_forward(const ForwardBlock& block, cudaStream_t stream, const hopper::QueryTileCounter* tile_counter);
 
 /// What the own forward supports in this build, in words (`spattn info`).
 std::string hopper_forward_description();

@@ -5,8 +5,8 @@
 
 namespace spattn::cuda::hopper {
 
-QueryTileCounter::QueryTileCounter() {
-  SPATTN_CUDA_CHECK(cudaGetDevice(&device_));
+QueryTileCounter::QueryTileCounter(const Device& device) : device_(device) {
+  CurrentDeviceGuard guard(device_.index);
   void* memory = nullptr;
   SPATTN_CUDA_CHECK(cudaMalloc(&memory, 2 * sizeof(unsigned)));
   counters_ = static_cast<unsigned*>(memory);
@@ -16,7 +16,7 @@ QueryTileCounter::QueryTileCounter() {
 QueryTileCounter::~QueryTileCounter() {
   // Launches still queued may use the counters; a destructor must not throw.
   try {
-    CurrentDeviceGuard guard(device_);
+    CurrentDeviceGuard guard(device_.index);
     cudaDeviceSynchronize();
     cudaFree(counters_);
   } catch (...) {  // no device to switch to: nothing left to free on it

@@ -7,20 +7,25 @@
 
 #include <cuda_runtime_api.h>
 
+#include "spattn/device.hpp"
+
 namespace spattn::cuda::hopper {
 
 class QueryTileCounter {
  public:
-  /// Allocated and zeroed on the current device (cudaMalloc and cudaMemset: they synchronize).
-  QueryTileCounter();
+  /// Allocated and zeroed on `device` (cudaMalloc and cudaMemset: they synchronize). The device
+  /// is named rather than taken from the current one: a counter on another GPU than the launch's
+  /// is read across the bus or faults, and the library never leaves a device current.
+  explicit QueryTileCounter(const Device& device);
   ~QueryTileCounter();
   QueryTileCounter(const QueryTileCounter&) = delete;
   QueryTileCounter& operator=(const QueryTileCounter&) = delete;
 
   unsigned* data() const { return counters_; }
+  const Device& device() const { return device_; }
 
  private:
-  int device_ = 0;
+  Device device_;
   unsigned* counters_ = nullptr;
 };
 
