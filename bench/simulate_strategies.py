@@ -3,7 +3,7 @@
 and a plot: per-GPU TFLOP/s (flash-attention convention, forward + backward = 3.5 x forward) and
 exposed transfer time (what the transfers add beyond the compute) of one forward + backward call.
 
-It asks `spattn plan --compare --json` (src/schedule/cost_model.hpp) for each case; nothing runs.
+It asks `spattn plan --compare --json` (include/spattn/cost_model.hpp) for each case; nothing runs.
 The sequence length of a case is the multiple of lcm(2N(N-1), 16N) nearest to tokens-per-GPU x N
 (at 1024 GPUs that unit is 16368 tokens per GPU, so 8k rounds up to it),
 so that every strategy's divisibility rule holds at once (hamilton's 2N(N-1) under a causal mask,

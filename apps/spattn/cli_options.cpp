@@ -7,8 +7,7 @@
 #include <sstream>
 #include <vector>
 
-#include "kernels/block_kernels.hpp"
-#include "schedule/cost_model.hpp"
+#include "spattn/cost_model.hpp"
 #include "spattn/device_communicator.hpp"
 #include "spattn/distributed_attention.hpp"
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "json_string.hpp"
-#include "schedule/cost_model.hpp"
+#include "schedule/step_traffic.hpp"
 #include "schedule/strategy_rules.hpp"
 
 namespace spattn::app {

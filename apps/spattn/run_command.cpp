@@ -12,7 +12,7 @@
 #include "accuracy_report.hpp"
 #include "npy_file.hpp"
 #include "run_report.hpp"
-#include "schedule/cost_model.hpp"
+#include "spattn/cost_model.hpp"
 #include "spattn/build_info.hpp"
 #include "spattn/device_communicator.hpp"
 #include "spattn/mpi_communicator.hpp"

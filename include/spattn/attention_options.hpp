@@ -7,6 +7,9 @@
 #include <optional>
 #include <string>
 
+#include "spattn/device.hpp"
+#include "spattn/dtype.hpp"
+
 namespace spattn {
 
 /// Which block kernels compute attention on a CUDA device. The result means the same with each;
@@ -23,6 +26,12 @@ std::string kernel_choice_name(KernelChoice kernel);
 /// The KernelChoice of kernel_choice_name's `name`; throws Error naming `name` and the allowed
 /// names otherwise.
 KernelChoice parse_kernel_choice(const std::string& name);
+
+/// "" when `kernel` can compute attention on `device` for inputs of `dtype` and `head_dim`;
+/// otherwise why not, naming the choice and what is allowed: own and cudnn are CUDA kernels (the
+/// CPU takes only automatic), and own runs only where spattn's own Hopper forward does. Plans
+/// ask this on every rank before their first transfer.
+std::string block_kernels_unsupported(const Device& device, KernelChoice kernel, DType dtype, int64_t head_dim);
 
 /// Options shared by every strategy. Positions are global (in the full sequence), so a mask
 /// means the same on every rank and at every step.

@@ -1,6 +1,6 @@
 """auto_select: the strategy spattn's cost model expects to be fastest for a shape on a cluster.
 
-The model (src/schedule/cost_model.hpp) counts what every strategy sends and computes per step on
+The model (include/spattn/cost_model.hpp) counts what every strategy sends and computes per step on
 a preset cluster (NVSwitch nodes, MI300X-style mesh nodes, PCIe nodes, CPU hosts) of any size and
 skips those whose preconditions fail (head counts for Ulysses, a Hamiltonian decomposition,
 divisibility of the sequence, nodes of several ranks for hamilton2), so the choice is one that

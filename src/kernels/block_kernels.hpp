@@ -130,12 +130,6 @@ class BlockKernels {
   }
 };
 
-/// "" when `kernel` can compute attention on `device` for inputs of `dtype` and `head_dim`;
-/// otherwise why not, naming the choice and what is allowed: own and cudnn are CUDA kernels (the
-/// CPU takes only automatic), and own runs only where spattn's own Hopper forward does. Plans
-/// ask this on every rank before their first transfer.
-std::string block_kernels_unsupported(const Device& device, KernelChoice kernel, DType dtype, int64_t head_dim);
-
 /// The kernels of `device`, of `kernel`'s choice on CUDA (see CudaBlockKernels); throws Error
 /// when spattn was built without that device's backend, or for a choice other than automatic on
 /// the CPU.

@@ -1,4 +1,4 @@
-#include "schedule/cost_model.hpp"
+#include "schedule/step_traffic.hpp"
 
 #include <algorithm>
 #include <sstream>

@@ -14,7 +14,7 @@
 
 #include "distributed_checks.hpp"
 #include "distributed_world.hpp"
-#include "schedule/cost_model.hpp"
+#include "spattn/cost_model.hpp"
 #include "spattn/distributed_attention.hpp"
 
 namespace spattn {

@@ -17,7 +17,7 @@ import spattn
 from spattn import _core
 
 # Relative to the largest reference magnitude: the floor under the 2x criterion (as in
-# harness/accuracy_report.cpp), so that two runs that both match to round-off are not told apart;
+# apps/runner/accuracy_report.cpp), so that two runs that both match to round-off are not told apart;
 # for dq, dk and dv the largest of out, dq, dk and dv (a gradient's round-off is that of the terms
 # it is a difference of).
 RELATIVE_FLOOR = 1e-6

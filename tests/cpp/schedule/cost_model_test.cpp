@@ -4,7 +4,7 @@
 // long sequence makes the ring compute-bound), the reasons a strategy does not apply, and
 // monotonicity in the sequence length.
 
-#include "schedule/cost_model.hpp"
+#include "schedule/step_traffic.hpp"
 #include "schedule/ulysses_degree.hpp"
 
 #include <gmock/gmock.h>

@@ -1,4 +1,6 @@
-// Runs zigzag ring attention on one rank through the installed headers and library.
+// Runs zigzag ring attention on one rank through the installed headers and library, and asks
+// the installed cost model which strategy it would pick.
+#include <spattn/cost_model.hpp>
 #include <spattn/mpi_communicator.hpp>
 #include <spattn/ring_attention.hpp>
 
@@ -22,6 +24,12 @@ int main() {
   // v is all ones, so every output is exactly one.
   for (float value : out)
     if (std::abs(value - 1.0f) > 1e-6f) return 1;
+  const spattn::Cluster cluster = spattn::sized_cluster(spattn::cluster_preset("nvswitch"), 8, 0, 0);
+  const spattn::AttentionShape shape{1, 65536, 32, 8, 128, spattn::DType::bf16};
+  const auto costs = spattn::compare_strategies(cluster, shape, 8, options);
+  const spattn::StrategyCost& fastest = spattn::fastest_strategy(costs, /*with_backward=*/true);
+  if (!fastest.applies() || fastest.forward_seconds <= 0) return 2;
+  std::printf("cost model: %s fastest at 64k tokens on 8 GPUs\n", spattn::algorithm_name(fastest.algorithm).c_str());
   std::puts("consumer ok");
   return 0;
 }

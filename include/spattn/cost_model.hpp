@@ -1,7 +1,8 @@
 #pragma once
 // An alpha-beta model of what every strategy sends and computes per rank and per step, so that
 // strategies can be compared for a shape and a cluster before anything runs (`spattn plan
-// --compare`). Pure functions, like the rest of src/schedule.
+// --compare`, `--algo auto`, spattn.estimate_strategies in Python). Pure functions. The traffic
+// of single steps, which takes the internal cycle schedules, is src/schedule/step_traffic.hpp.
 //
 // Assumptions:
 // - Ranks fill nodes in order: rank r sits on node r / ranks_per_node.
@@ -28,7 +29,6 @@
 #include <string>
 #include <vector>
 
-#include "schedule/cycle_schedule.hpp"
 #include "spattn/attention_options.hpp"
 #include "spattn/attention_shape.hpp"
 #include "spattn/algorithm.hpp"
@@ -92,20 +92,6 @@ Cluster sized_cluster(const Cluster& kind, int ranks, int nodes, int ranks_per_n
 /// One line on the cluster: nodes, GPUs, links and kernel rate.
 std::string cluster_summary(const Cluster& cluster);
 
-/// Bytes each rank sends to each other rank in one step: bytes[r][p] in messages[r][p] messages.
-struct StepTraffic {
-  std::vector<std::vector<int64_t>> bytes;
-  std::vector<std::vector<int>> messages;
-};
-
-/// One step of a rotation along `schedule`: every rank sends each of its slots, `slot_bytes`
-/// each, to the slot's next rank, one message per slot.
-StepTraffic rotation_traffic(const CycleSchedule& schedule, int64_t slot_bytes);
-
-/// Bytes of one slot when a rank's keys and values (S/N tokens of HK heads) are cut into `slots`
-/// slots of elements of `dtype`: 2 * B * (S/N) * HK * D * size(dtype) / slots.
-int64_t kv_slot_bytes(const AttentionShape& shape, int ranks, int slots, DType dtype);
-
 /// What one rank sends in one step and how long that takes, taking the most over ranks.
 struct Transfer {
   int64_t bytes = 0;             ///< all bytes one rank sends
@@ -113,10 +99,6 @@ struct Transfer {
   int messages = 0;
   double seconds = 0;  ///< of the slowest rank
 };
-
-/// The transfer time of one step under the assumptions above. Throws Error when the traffic's
-/// size differs from `ranks`, or the ranks do not fit on the cluster.
-Transfer step_transfer(const Cluster& cluster, const StepTraffic& traffic);
 
 /// A kind of step of a pass, `count` times in a row.
 struct StepCost {
@@ -154,10 +136,10 @@ const std::vector<Algorithm>& rotation_algorithms();
 
 /// The cost of `algorithm` on `ranks` ranks (1 or more; on one rank every strategy is local
 /// attention) of `cluster`. A case the strategy cannot run gives not_applicable, strategy_error's
-/// message (schedule/strategy_rules.hpp), which is what constructing the plan refuses with; an
+/// message (src/schedule/strategy_rules.hpp), which is what constructing the plan refuses with; an
 /// invalid shape, or more ranks than the cluster has, throw Error.
 /// strategy_options.nodes: hamilton2's node count; .inner: usp's Ulysses degree, chosen and
-/// refused as `spattn run` does (schedule/ulysses_degree.hpp). Ulysses gives a rank the kv heads
+/// refused as `spattn run` does (src/schedule/ulysses_degree.hpp). Ulysses gives a rank the kv heads
 /// its query heads read, replicated when fewer kv heads than ranks.
 /// `attention`: its causal flag picks the balanced layouts (as run does) and, with its window,
 /// makes the mask (AttentionMask::from_options); its scale and kernel choice are not read.
