@@ -44,6 +44,19 @@ def estimate_strategies(
     applicable ones first, fastest first; nodes: how many the ranks spread over (0: nodes of the
     preset's size)."""
 
+def hamiltonian_decomposition(ranks: int) -> List[List[int]]:
+    """The n-1 arc-disjoint directed Hamiltonian cycles of the complete directed graph on n ranks that
+    the hamilton algorithm rotates slots along (each cycle lists the ranks in travel order; the last
+    sends to the first); SpattnError saying why for n with none (4 and 6)."""
+def hamiltonian_decomposition_error(ranks: int) -> str:
+    """Why hamiltonian_decomposition(ranks) has no answer, or "" when it has one."""
+def two_level_cycles(ranks_per_node: int, nodes: int) -> List[List[int]]:
+    """The m cycles of hamilton2 over nodes of m consecutive ranks: cycle i runs the zig-zag path i of
+    the node through node 0, then node 1, ..., and back; SpattnError saying why when the scheme does
+    not exist."""
+def two_level_error(ranks_per_node: int, nodes: int) -> str:
+    """Why two_level_cycles(ranks_per_node, nodes) has no answer, or "" when it has one."""
+
 class Communicator:
     """A group of ranks that spattn's plans transfer over."""
 

@@ -27,7 +27,8 @@
 #ifdef SPATTN_WITH_NCCL
 #include "spattn/nccl_communicator.hpp"
 #endif
-#include "schedule/cost_model.hpp"
+#include "spattn/cost_model.hpp"
+#include "schedule/cycle_schedule.hpp"
 #include "tensor_from_dlpack.hpp"
 
 namespace nb = nanobind;
@@ -277,6 +278,19 @@ NB_MODULE(_core, m) {
         "The cost model's (algorithm, configuration, forward s, forward+backward s, why not) for every "
         "algorithm, the applicable ones first, fastest first; nodes: how many the ranks spread over "
         "(0: nodes of the preset's size); window_left/right: the sliding window (-1: unbounded).");
+
+  // The rotation schedules' cycles, for spattn.hamilton_attention's helpers (TASP's names).
+  m.def("hamiltonian_decomposition", &hamiltonian_decomposition, "ranks"_a,
+        "The n-1 arc-disjoint directed Hamiltonian cycles of the complete directed graph on n ranks that the "
+        "hamilton algorithm rotates slots along (each cycle lists the ranks in travel order; the last sends to the "
+        "first); SpattnError saying why for n with none (4 and 6).");
+  m.def("hamiltonian_decomposition_error", &hamiltonian_decomposition_error, "ranks"_a,
+        "Why hamiltonian_decomposition(ranks) has no answer, or \"\" when it has one.");
+  m.def("two_level_cycles", &two_level_cycles, "ranks_per_node"_a, "nodes"_a,
+        "The m cycles of hamilton2 over nodes of m consecutive ranks: cycle i runs the zig-zag path i of the node "
+        "through node 0, then node 1, ..., and back; SpattnError saying why when the scheme does not exist.");
+  m.def("two_level_error", &two_level_error, "ranks_per_node"_a, "nodes"_a,
+        "Why two_level_cycles(ranks_per_node, nodes) has no answer, or \"\" when it has one.");
 
   nb::class_<Communicator>(m, "Communicator", "A group of ranks that spattn's plans transfer over.")
       .def_prop_ro("rank", &Communicator::rank)
