@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "spattn/build_info.hpp"
+#include "spattn/cost_model.hpp"
 #include "spattn/distributed_attention.hpp"
 #include "spattn/error.hpp"
 #include "spattn/local_attention.hpp"
@@ -27,7 +28,6 @@
 #ifdef SPATTN_WITH_NCCL
 #include "spattn/nccl_communicator.hpp"
 #endif
-#include "spattn/cost_model.hpp"
 #include "schedule/cycle_schedule.hpp"
 #include "tensor_from_dlpack.hpp"
 
