@@ -14,7 +14,7 @@
 #include "strategies/call_validation.hpp"
 #include "strategies/device_buffer.hpp"
 #include "strategies/profile_recorder.hpp"
-#include "strategies/strategy.hpp"
+#include "strategies/strategy_base.hpp"
 
 namespace spattn {
 
@@ -46,17 +46,13 @@ struct VisibleChunk {
 
 }  // namespace
 
-class AllGatherStrategy final : public Strategy {
+class AllGatherStrategy final : public StrategyBase {
  public:
-  AllGatherStrategy(Communicator& communicator, const AttentionShape& call_shape, const AttentionOptions& call_options,
-                    const std::string& caller_error)
-      : comm(communicator),
-        shape(call_shape),
-        options(call_options),
-        sequence_layout(agreed_layout(caller_error)),
-        kernels(make_block_kernels(communicator.device(), call_options.kernel)),
-        mask(AttentionMask::from_options(call_options)),
-        scale(resolved_scale(call_shape, call_options)),
+  // The ranks of `communicator` agreed on the call (make_allgather_strategy).
+  AllGatherStrategy(Communicator& communicator, std::vector<CallField> signature, SequenceLayout layout,
+                    const AttentionShape& call_shape, const AttentionOptions& call_options)
+      : StrategyBase(communicator, std::move(signature), std::move(layout), call_shape, call_options),
+        comm(communicator),
         rank(communicator.rank()),
         ranks(communicator.size()),
         local_seq(sequence_layout.local_length()),
@@ -74,14 +70,9 @@ class AllGatherStrategy final : public Strategy {
     }
   }
 
-  const SequenceLayout& layout() const override { return sequence_layout; }
-  void set_stream(void* stream) override { device_stream = stream; }
-
   void forward(const TensorView& q, const TensorView& k, const TensorView& v, TensorView out, TensorView lse,
                Profile* profile) override {
-    bind_to_stream(device_stream, *kernels, comm);
-    agree_on_call(comm, forward_arguments_error(shape, local_seq, kernels->device(), q, k, v, out, lse),
-                  call_signature(Algorithm::allgather, shape, options));
+    begin_forward(comm, q, k, v, out, lse);
     ensure_workspace(/*backward=*/false);
     ProfileRecorder recorder(profile, groups, *kernels, "forward");
     std::unique_ptr<PendingTransfer> gather;
@@ -99,10 +90,7 @@ class AllGatherStrategy final : public Strategy {
   void backward(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                 const TensorView& lse, const TensorView& dout, TensorView dq, TensorView dk, TensorView dv,
                 Profile* profile) override {
-    bind_to_stream(device_stream, *kernels, comm);
-    agree_on_call(comm,
-                  backward_arguments_error(shape, local_seq, kernels->device(), q, k, v, out, lse, dout, dq, dk, dv),
-                  call_signature(Algorithm::allgather, shape, options));
+    begin_backward(comm, q, k, v, out, lse, dout, dq, dk, dv);
     ensure_workspace(/*backward=*/true);
     ProfileRecorder recorder(profile, groups, *kernels, "backward");
     std::unique_ptr<PendingTransfer> gather, reduction;
@@ -130,14 +118,6 @@ class AllGatherStrategy final : public Strategy {
   }
 
  private:
-  SequenceLayout agreed_layout(const std::string& caller_error) {
-    const std::string error =
-        first_error({caller_error, shape_and_options_error(shape, options, comm.device()),
-                     allgather_error(shape, comm.size())});
-    agree_on_call(comm, error, call_signature(Algorithm::allgather, shape, options));
-    return SequenceLayout(LayoutKind::zigzag, shape.seq, comm.size());
-  }
-
   // Elements of one rank's keys (or values) of one group of kv heads: B * S_local * G * D.
   std::size_t group_elements() const {
     return static_cast<std::size_t>(shape.batch * local_seq * group_kv_heads * shape.head_dim);
@@ -285,14 +265,7 @@ class AllGatherStrategy final : public Strategy {
     });
   }
 
-  Communicator& comm;
-  const AttentionShape shape;
-  const AttentionOptions options;
-  const SequenceLayout sequence_layout;
-  std::unique_ptr<BlockKernels> kernels;
-  void* device_stream = nullptr;  // see set_stream
-  const AttentionMask mask;
-  const float scale;
+  Communicator& comm;  // the call's ranks, which gather and reduce-scatter
   const int rank;
   const int ranks;
   const int64_t local_seq;
@@ -316,7 +289,14 @@ class AllGatherStrategy final : public Strategy {
 
 std::unique_ptr<Strategy> make_allgather_strategy(Communicator& communicator, const AttentionShape& shape,
                                                   const AttentionOptions& options, const std::string& caller_error) {
-  return std::make_unique<AllGatherStrategy>(communicator, shape, options, caller_error);
+  std::vector<CallField> signature = call_signature(Algorithm::allgather, shape, options);
+  agree_on_call(communicator,
+                first_error({caller_error, shape_and_options_error(shape, options, communicator.device()),
+                             allgather_error(shape, communicator.size())}),
+                signature);
+  return std::make_unique<AllGatherStrategy>(communicator, std::move(signature),
+                                             SequenceLayout(LayoutKind::zigzag, shape.seq, communicator.size()),
+                                             shape, options);
 }
 
 }  // namespace spattn

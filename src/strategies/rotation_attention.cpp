@@ -16,7 +16,7 @@
 #include "strategies/call_validation.hpp"
 #include "strategies/device_buffer.hpp"
 #include "strategies/profile_recorder.hpp"
-#include "strategies/strategy.hpp"
+#include "strategies/strategy_base.hpp"
 
 namespace spattn {
 
@@ -48,19 +48,14 @@ std::vector<CallField> rotation_signature(const RotationKind& kind, const Attent
 
 }  // namespace
 
-class RotationStrategy final : public Strategy {
+class RotationStrategy final : public StrategyBase {
  public:
-  RotationStrategy(Communicator& communicator, const RotationKind& kind, const AttentionShape& call_shape,
-                   const AttentionOptions& call_options, const std::string& caller_error)
-      : comm(communicator),
-        shape(call_shape),
-        options(call_options),
-        signature(rotation_signature(kind, call_shape, call_options)),
-        sequence_layout(agreed_layout(kind, caller_error)),
+  // The ranks of `communicator` agreed on the call (make_rotation_strategy).
+  RotationStrategy(Communicator& communicator, const RotationKind& kind, std::vector<CallField> signature,
+                   SequenceLayout layout, const AttentionShape& call_shape, const AttentionOptions& call_options)
+      : StrategyBase(communicator, std::move(signature), std::move(layout), call_shape, call_options),
+        comm(communicator),
         schedule(rotation_cycles(kind.algorithm, communicator.size(), kind.nodes), communicator.size()),
-        kernels(make_block_kernels(communicator.device(), call_options.kernel)),
-        mask(AttentionMask::from_options(call_options)),
-        scale(resolved_scale(call_shape, call_options)),
         rank(communicator.rank()),
         ranks(communicator.size()),
         slots(schedule.slots()),
@@ -70,14 +65,9 @@ class RotationStrategy final : public Strategy {
     find_first_and_last_blocks();
   }
 
-  const SequenceLayout& layout() const override { return sequence_layout; }
-  void set_stream(void* stream) override { device_stream = stream; }
-
   void forward(const TensorView& q, const TensorView& k, const TensorView& v, TensorView out, TensorView lse,
                Profile* profile) override {
-    bind_to_stream(device_stream, *kernels, comm);
-    agree_on_call(comm, forward_arguments_error(shape, local_seq(), kernels->device(), q, k, v, out, lse),
-                  signature);
+    begin_forward(comm, q, k, v, out, lse);
     ensure_forward_workspace();
     ProfileRecorder recorder(profile, ranks, *kernels, "forward");
     int current = 0;
@@ -105,10 +95,7 @@ class RotationStrategy final : public Strategy {
   void backward(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                 const TensorView& lse, const TensorView& dout, TensorView dq, TensorView dk, TensorView dv,
                 Profile* profile) override {
-    bind_to_stream(device_stream, *kernels, comm);
-    agree_on_call(comm,
-                  backward_arguments_error(shape, local_seq(), kernels->device(), q, k, v, out, lse, dout, dq, dk, dv),
-                  signature);
+    begin_backward(comm, q, k, v, out, lse, dout, dq, dk, dv);
     ensure_backward_workspace();
     ProfileRecorder recorder(profile, ranks, *kernels, "backward");
     int current = 0;
@@ -164,16 +151,6 @@ class RotationStrategy final : public Strategy {
   }
 
  private:
-  // Validates the plan's arguments and agrees on them with every rank before building anything.
-  SequenceLayout agreed_layout(const RotationKind& kind, const std::string& caller_error) {
-    const std::string error =
-        first_error({caller_error, shape_and_options_error(shape, options, comm.device()),
-                     rotation_error(kind.algorithm, shape.seq, comm.size(), options.causal, kind.nodes)});
-    agree_on_call(comm, error, signature);
-    return SequenceLayout(rotation_form(kind.algorithm, comm.size(), options.causal, kind.nodes).layout, shape.seq,
-                          comm.size());
-  }
-
   TensorView bshd(void* data, DType dtype, int64_t seq, int64_t heads) const {
     return TensorView::contiguous(data, dtype, {shape.batch, seq, heads, shape.head_dim}, kernels->device());
   }
@@ -354,16 +331,8 @@ class RotationStrategy final : public Strategy {
     }
   }
 
-  Communicator& comm;
-  const AttentionShape shape;
-  const AttentionOptions options;
-  const std::vector<CallField> signature;
-  const SequenceLayout sequence_layout;
+  Communicator& comm;  // the call's ranks, which the slots rotate over
   const CycleSchedule schedule;
-  std::unique_ptr<BlockKernels> kernels;
-  void* device_stream = nullptr;  // see set_stream
-  const AttentionMask mask;
-  const float scale;
   const int rank;
   const int ranks;
   const int slots;
@@ -396,19 +365,38 @@ class RotationStrategy final : public Strategy {
   BackwardBlock backward_block;
 };
 
+namespace {
+
+// Validates the plan's arguments and agrees on them with every rank before building anything.
+std::unique_ptr<Strategy> agree_and_make_rotation_strategy(Communicator& communicator, const RotationKind& kind,
+                                                        const AttentionShape& shape, const AttentionOptions& options,
+                                                        const std::string& caller_error) {
+  const int ranks = communicator.size();
+  std::vector<CallField> signature = rotation_signature(kind, shape, options);
+  agree_on_call(communicator,
+                first_error({caller_error, shape_and_options_error(shape, options, communicator.device()),
+                             rotation_error(kind.algorithm, shape.seq, ranks, options.causal, kind.nodes)}),
+                signature);
+  SequenceLayout layout(rotation_form(kind.algorithm, ranks, options.causal, kind.nodes).layout, shape.seq, ranks);
+  return std::make_unique<RotationStrategy>(communicator, kind, std::move(signature), std::move(layout), shape,
+                                            options);
+}
+
+}  // namespace
+
 std::unique_ptr<Strategy> make_rotation_strategy(Algorithm algorithm, Communicator& communicator,
                                                  const AttentionShape& shape, const AttentionOptions& options,
                                                  const std::string& caller_error) {
   SPATTN_CHECK(is_single_level_rotation(algorithm),
                "'" << algorithm_name(algorithm) << "' is not a single-level rotation; allowed: ring, zigzag, hamilton");
-  return std::make_unique<RotationStrategy>(communicator, RotationKind{algorithm, 1}, shape, options, caller_error);
+  return agree_and_make_rotation_strategy(communicator, RotationKind{algorithm, 1}, shape, options, caller_error);
 }
 
 std::unique_ptr<Strategy> make_two_level_hamilton_strategy(Communicator& communicator, int nodes,
                                                            const AttentionShape& shape, const AttentionOptions& options,
                                                            const std::string& caller_error) {
-  return std::make_unique<RotationStrategy>(communicator, RotationKind{Algorithm::hamilton2, nodes}, shape, options,
-                                            caller_error);
+  return agree_and_make_rotation_strategy(communicator, RotationKind{Algorithm::hamilton2, nodes}, shape, options,
+                                       caller_error);
 }
 
 }  // namespace spattn

@@ -1,12 +1,12 @@
 #pragma once
 // What every strategy implements behind DistributedAttention, and the factory of each. A factory
-// validates its arguments and agrees on them with every rank (agree_on_call) before returning;
-// `caller_error` is a problem the caller found first and must be part of that agreement.
+// validates its arguments and agrees on them with every rank (agree_on_call) before constructing
+// the strategy (strategy_base.hpp: what they share); `caller_error` is a problem the caller found
+// first and must be part of that agreement.
 
 #include <memory>
 #include <string>
 
-#include "kernels/block_kernels.hpp"
 #include "spattn/distributed_attention.hpp"
 
 namespace spattn {
@@ -26,13 +26,6 @@ class DistributedAttention::Strategy {
 };
 
 using Strategy = DistributedAttention::Strategy;
-
-/// Binds `kernels` and `communicator` to `stream` (see Strategy::set_stream) at the start of a
-/// call: the communicator may have served other plans on other streams in between.
-inline void bind_to_stream(void* stream, BlockKernels& kernels, Communicator& communicator) {
-  kernels.set_stream(stream);
-  communicator.set_compute_stream(stream);
-}
 
 /// ring, zigzag or Hamiltonian-cycle attention (the n-1 cycles of K*_n) over `communicator`.
 std::unique_ptr<Strategy> make_rotation_strategy(Algorithm algorithm, Communicator& communicator,

@@ -23,7 +23,7 @@
 #include "strategies/call_validation.hpp"
 #include "strategies/device_buffer.hpp"
 #include "strategies/profile_recorder.hpp"
-#include "strategies/strategy.hpp"
+#include "strategies/strategy_base.hpp"
 
 namespace spattn {
 
@@ -87,21 +87,15 @@ enum class Arrival { overwrite, sum };
 
 }  // namespace
 
-class UlyssesStrategy final : public Strategy {
+class UlyssesStrategy final : public StrategyBase {
  public:
-  // The arguments are validated and agreed on by every rank of `world` (see the factories);
+  // The arguments are validated and agreed on by every rank of `every_rank` (see the factories);
   // `signature` is what every later call agrees on.
   UlyssesStrategy(Communicator& every_rank, AcrossGroups wiring, SequenceLayout layout, std::vector<CallField> signature,
                   const AttentionShape& call_shape, const AttentionOptions& call_options)
-      : world(every_rank),
+      : StrategyBase(every_rank, std::move(signature), std::move(layout), call_shape, call_options),
         across(std::move(wiring)),
         comm(across.group ? *across.group : every_rank),
-        shape(call_shape),
-        signature(std::move(signature)),
-        sequence_layout(std::move(layout)),
-        kernels(make_block_kernels(every_rank.device(), call_options.kernel)),
-        mask(AttentionMask::from_options(call_options)),
-        scale(resolved_scale(call_shape, call_options)),
         rank(comm.rank()),
         ranks(comm.size()),
         local_seq(sequence_layout.local_length()),
@@ -121,18 +115,16 @@ class UlyssesStrategy final : public Strategy {
     describe_exchanges();
   }
 
-  const SequenceLayout& layout() const override { return sequence_layout; }
   void set_stream(void* stream) override {
-    device_stream = stream;
+    StrategyBase::set_stream(stream);
     if (across.inner) across.inner->set_stream(stream);
   }
 
   void forward(const TensorView& q, const TensorView& k, const TensorView& v, TensorView out, TensorView lse,
                Profile* profile) override {
-    bind_stream();
-    // Agreement spans every rank of the call: a group that refused alone would leave the other
-    // groups waiting in the inner strategy.
-    agree_on_call(world, forward_arguments_error(shape, local_seq, kernels->device(), q, k, v, out, lse), signature);
+    // Agreement spans every rank of the call (world), not only the group: a group that refused
+    // alone would leave the other groups waiting in the inner strategy.
+    begin_forward(comm, q, k, v, out, lse);
     ensure_forward_workspace();
     ProfileRecorder recorder(profile, kSteps, *kernels, "forward");
 
@@ -162,10 +154,7 @@ class UlyssesStrategy final : public Strategy {
   void backward(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                 const TensorView& lse, const TensorView& dout, TensorView dq, TensorView dk, TensorView dv,
                 Profile* profile) override {
-    bind_stream();
-    agree_on_call(world,
-                  backward_arguments_error(shape, local_seq, kernels->device(), q, k, v, out, lse, dout, dq, dk, dv),
-                  signature);
+    begin_backward(comm, q, k, v, out, lse, dout, dq, dk, dv);
     ensure_backward_workspace();
     ProfileRecorder recorder(profile, kSteps, *kernels, "backward");
 
@@ -385,11 +374,6 @@ class UlyssesStrategy final : public Strategy {
   }
 
   // Both communicators of this call; the inner strategy binds its own.
-  void bind_stream() {
-    bind_to_stream(device_stream, *kernels, comm);
-    world.set_compute_stream(device_stream);
-  }
-
   void pack_inputs(const AllToAllExchange& inputs, const TensorView& q, const TensorView& k, const TensorView& v) {
     pack_head_shards(q, kBshd, query_heads_of, inputs, kQPart);
     pack_head_shards(k, kBshd, kv_heads_of, inputs, kKPart);
@@ -401,16 +385,8 @@ class UlyssesStrategy final : public Strategy {
     unpack_sequence_shards(inputs, kVPart, kBshd, full_v);
   }
 
-  Communicator& world;  // every rank of the call
   AcrossGroups across;
   Communicator& comm;   // the ranks that trade heads for tokens: the group, or the world
-  const AttentionShape shape;
-  const std::vector<CallField> signature;
-  const SequenceLayout sequence_layout;
-  std::unique_ptr<BlockKernels> kernels;
-  void* device_stream = nullptr;  // see set_stream
-  const AttentionMask mask;
-  const float scale;
   const int rank;   // in comm
   const int ranks;  // in comm: N1 for USP, N for plain Ulysses
   const int64_t local_seq;       // S / N
