@@ -418,14 +418,15 @@ void check_kernel_for_device(const RunOptions& options) {
     throw UsageError("--kernel " + kernel_choice_name(options.kernel) + " with --device cpu: " + reason);
 }
 
-// cuDNN's fused attention has no fp32 path: on cuda the element type defaults to bf16.
+// The CUDA kernels take no fp32 (input_dtype_unsupported): on cuda the element type defaults to
+// bf16, and a given fp32 is a mistake of the command line.
 void choose_device_dtype(RunOptions& options, const std::vector<std::string>& arguments) {
   if (options.device != "cuda") return;
   const bool dtype_given = std::any_of(arguments.begin(), arguments.end(),
                                        [](const std::string& argument) { return argument.rfind("--dtype", 0) == 0; });
   if (!dtype_given) options.dtype = DType::bf16;
-  if (options.dtype == DType::f32)
-    throw UsageError("--device cuda takes --dtype bf16 or fp16 (cuDNN's fused attention has no fp32 path), got fp32");
+  const std::string reason = input_dtype_unsupported(DeviceKind::cuda, options.dtype);
+  if (!reason.empty()) throw UsageError("--device cuda with --dtype " + dtype_name(options.dtype) + ": " + reason);
 }
 
 }  // namespace

@@ -27,10 +27,15 @@ std::string kernel_choice_name(KernelChoice kernel);
 /// names otherwise.
 KernelChoice parse_kernel_choice(const std::string& name);
 
+/// "" when the block kernels of devices of `kind` take q, k, v of `dtype`; otherwise why not:
+/// the CUDA kernels (cuDNN's fused attention and spattn's own) have no fp32 path. Needs no device,
+/// so that a command line can be refused before any starts.
+std::string input_dtype_unsupported(DeviceKind kind, DType dtype);
+
 /// "" when `kernel` can compute attention on `device` for inputs of `dtype` and `head_dim`;
 /// otherwise why not, naming the choice and what is allowed: own and cudnn are CUDA kernels (the
-/// CPU takes only automatic), and own runs only where spattn's own Hopper forward does. Plans
-/// ask this on every rank before their first transfer.
+/// CPU takes only automatic), the dtype rule above, and own runs only where spattn's own Hopper
+/// forward does. Plans ask this on every rank before their first transfer.
 std::string block_kernels_unsupported(const Device& device, KernelChoice kernel, DType dtype, int64_t head_dim);
 
 /// Options shared by every strategy. Positions are global (in the full sequence), so a mask

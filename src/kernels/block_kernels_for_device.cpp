@@ -31,14 +31,20 @@ std::string unsupported_whatever_the_call(const Device& device, KernelChoice ker
 
 }  // namespace
 
+std::string input_dtype_unsupported(DeviceKind kind, DType dtype) {
+  if (kind != DeviceKind::cuda || dtype == DType::bf16 || dtype == DType::f16) return "";
+  return "the CUDA kernels take bf16 or fp16 inputs, not " + dtype_name(dtype) +
+         " (neither cuDNN's fused attention nor spattn's own kernels have an fp32 path): convert q, k, v to bf16 or "
+         "fp16, or run on cpu";
+}
+
 std::string block_kernels_unsupported(const Device& device, KernelChoice kernel, DType dtype,
                                       [[maybe_unused]] int64_t head_dim) {
-  const std::string reason = unsupported_whatever_the_call(device, kernel);
-  // Neither cuDNN's fused attention nor the own kernels have an fp32 path. Said here, where plans
-  // ask before their first transfer, and not only by the kernels at the first block.
-  if (reason.empty() && device.kind == DeviceKind::cuda && dtype != DType::bf16 && dtype != DType::f16)
-    return "the CUDA kernels take bf16 or fp16 inputs, not " + dtype_name(dtype) + " (on " + device_name(device) +
-           "): convert q, k, v to bf16 or fp16, or run on cpu";
+  std::string reason = unsupported_whatever_the_call(device, kernel);
+  // Said here, where plans ask before their first transfer, and not only by the kernels at the
+  // first block.
+  if (reason.empty() && !input_dtype_unsupported(device.kind, dtype).empty())
+    reason = "on " + device_name(device) + ", " + input_dtype_unsupported(device.kind, dtype);
 #ifdef SPATTN_WITH_CUDA
   if (reason.empty() && kernel == KernelChoice::own) {
     const std::string own_reason = cuda::hopper_forward_unsupported(device, dtype, head_dim);

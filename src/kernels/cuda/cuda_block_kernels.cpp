@@ -32,8 +32,8 @@ void check_query_side(const TensorView& q, const TensorView& rows, const char* r
   check_block_tensor(q, "q", 4, device);
   check_block_tensor(rows, rows_name, 4, device);
   check_block_tensor(lse, "lse", 3, device);
-  SPATTN_CHECK(q.dtype != DType::f32, "the CUDA kernels take bf16 or fp16; got fp32 (q " << q.describe()
-                                                                                          << "): cuDNN's fused attention has no fp32 path");
+  const std::string dtype_reason = input_dtype_unsupported(DeviceKind::cuda, q.dtype);
+  SPATTN_CHECK(dtype_reason.empty(), "q " << q.describe() << ": " << dtype_reason);
   for (int d = 0; d < 4; ++d)
     SPATTN_CHECK(rows.size(d) == q.size(d), rows_name << " " << rows.describe() << " must have q's shape " << q.describe());
   SPATTN_CHECK(lse.size(0) == q.size(0) && lse.size(1) == q.size(2) && lse.size(2) == q.size(1),

@@ -59,8 +59,8 @@ std::vector<int64_t> stats_strides(const TensorView& q) {
 }
 
 fe::DataType_t cudnn_dtype(DType dtype) {
-  SPATTN_CHECK(dtype != DType::f32, "the CUDA kernels take bf16 or fp16; got fp32 (cuDNN's fused attention has "
-                                    "no fp32 path: convert q, k, v to bf16 or fp16)");
+  const std::string reason = input_dtype_unsupported(DeviceKind::cuda, dtype);
+  SPATTN_CHECK(reason.empty(), reason);
   return dtype == DType::bf16 ? fe::DataType_t::BFLOAT16 : fe::DataType_t::HALF;
 }
 

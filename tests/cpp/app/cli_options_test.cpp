@@ -189,6 +189,13 @@ TEST(CliOptionsTest, KernelChoosesTheCudaKernels) {
   EXPECT_EQ(exit_status([] { parse({"run", "--kernel", "own"}); }), 2);
 }
 
+TEST(CliOptionsTest, CudaDefaultsToBf16AndRefusesFp32WithTheLibrarysRule) {
+  EXPECT_EQ(parse_run({"--device", "cuda"}).dtype, DType::bf16);
+  EXPECT_EQ(parse_run({"--device", "cuda", "--dtype", "fp16"}).dtype, DType::f16);
+  EXPECT_EQ(usage_error({"run", "--device", "cuda", "--dtype", "fp32"}),
+            "spattn: --device cuda with --dtype fp32: " + input_dtype_unsupported(DeviceKind::cuda, DType::f32));
+}
+
 TEST(CliOptionsTest, UnknownAlgorithmListsTheAllowedOnes) {
   EXPECT_EQ(usage_error({"run", "--algo", "spiral"}),
             "spattn: unknown --algo 'spiral'; allowed: ring, zigzag, ulysses, hamilton, hamilton2, allgather, usp, auto");

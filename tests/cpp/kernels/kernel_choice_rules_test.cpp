@@ -46,6 +46,14 @@ TEST(KernelChoiceRules, CudaPlansRefuseFp32BeforeAnyTransfer) {
   }
 }
 
+TEST(KernelChoiceRules, Fp32IsRefusedOnCudaAloneWithoutAskingAnyDevice) {
+  EXPECT_THAT(input_dtype_unsupported(DeviceKind::cuda, DType::f32),
+              AllOf(HasSubstr("bf16 or fp16"), HasSubstr("not fp32"), HasSubstr("fp32 path")));
+  EXPECT_EQ(input_dtype_unsupported(DeviceKind::cuda, DType::bf16), "");
+  EXPECT_EQ(input_dtype_unsupported(DeviceKind::cuda, DType::f16), "");
+  EXPECT_EQ(input_dtype_unsupported(DeviceKind::cpu, DType::f32), "");
+}
+
 TEST(KernelChoiceRules, MakeBlockKernelsRefusesWhatTheRuleRefuses) {
   EXPECT_EQ(make_block_kernels(Device::cpu(), KernelChoice::automatic)->device(), Device::cpu());
   for (KernelChoice kernel : {KernelChoice::own, KernelChoice::cudnn}) {
