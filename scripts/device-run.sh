@@ -4,7 +4,10 @@
 #   build        googletest from source if no package has it, then cmake -DSPATTN_CUDA=ON, Release
 #   softmax-overlap  scripts/check-softmax-overlap.py on the own kernels' objects: in the SASS of
 #                every key loop the softmax runs beside O's product (softmax-overlap.log)
-#   gpu-tests    spattn_gpu_tests (the CUDA kernels against the CPU kernels)
+#   gpu-tests    spattn_gpu_tests (the CUDA kernels against the CPU kernels), then spattn_conformance's
+#                CUDA rows (every BlockKernels operation of kernels own and cudnn against the fp64
+#                reference; conformance.log) and the same cases' throughput (conformance-perf.log;
+#                SPATTN_CONFORMANCE_PERF_ARGS, default --scale 32)
 #   memcheck     the same under compute-sanitizer --tool memcheck (skipped where it is missing)
 #   racecheck    the same under compute-sanitizer --tool racecheck (shared-memory hazards)
 #   synccheck    the own kernels' tests under compute-sanitizer --tool synccheck (barrier misuse)
@@ -280,6 +283,34 @@ elif ((built)); then
     record gpu-tests failed "$counts: tests skipped on a GPU machine (no CUDA device seen)"
   else
     record gpu-tests passed "$counts"
+  fi
+  # The conformance suite's CUDA targets. Its skips are the cases a target refuses (fp32, own's
+  # head dims); a target skipped as unavailable did not see the GPU: a failure here, as above.
+  conformance="$build_dir/tests/conformance/spattn_conformance"
+  if [[ ! -x "$conformance" ]]; then
+    record conformance skipped "spattn_conformance not built"
+  else
+    timeout "$(seconds_left)" "$conformance" --gtest_color=no --gtest_filter='cuda_*' >"$logs/conformance.log" 2>&1
+    status=$?
+    counts="$(gtest_counts "$logs/conformance.log")"
+    unavailable="$(grep -c ' unavailable: ' "$logs/conformance.log")"
+    if [[ $status -ne 0 ]]; then
+      record conformance failed "exit $status; $counts"
+    elif ((unavailable > 0)); then
+      record conformance failed "$counts: $unavailable rows of targets unavailable on a GPU machine (see conformance.log)"
+    else
+      record conformance passed "$counts (skipped: cases a target refuses)"
+    fi
+    status=0
+    : >"$logs/conformance-perf.log"
+    for target in cuda_own cuda_cudnn; do
+      # shellcheck disable=SC2086  # the extra arguments are words
+      timeout "$(seconds_left)" "$conformance" perf --target "$target" ${SPATTN_CONFORMANCE_PERF_ARGS:---scale 32} \
+        >>"$logs/conformance-perf.log" 2>&1 || status=$?
+    done
+    timed="$(grep -E '^cuda_' "$logs/conformance-perf.log" | grep -cvE 'skipped:|failed:')"
+    if [[ $status -eq 0 ]]; then record conformance-perf passed "$timed cases timed"
+    else record conformance-perf failed "exit $status; $timed cases timed: see conformance-perf.log"; fi
   fi
 else
   record gpu-tests skipped "no build"
