@@ -72,9 +72,9 @@ void parse_window(Options& options, const std::string& text) {
       comma == std::string::npos ? std::nullopt : parse_whole_integer<int64_t>(text.substr(0, comma));
   const std::optional<int64_t> right =
       comma == std::string::npos ? std::nullopt : parse_whole_integer<int64_t>(text.substr(comma + 1));
-  if (!left || !right || *left < -1 || *right < -1) {
-    fail_value("--window", "L,R with each an integer >= -1 (-1: unbounded), e.g. 128,0 or -1,-1", text);
-  }
+  if (!left || !right) fail_value("--window", "L,R with each an integer >= -1 (-1: unbounded), e.g. 128,0 or -1,-1", text);
+  const std::string reason = window_error(*left, *right);
+  if (!reason.empty()) throw UsageError("--window " + text + ": " + reason);
   options.window_left = *left;
   options.window_right = *right;
 }

@@ -56,6 +56,10 @@ struct AttentionOptions {
   KernelChoice kernel = KernelChoice::automatic;
 };
 
+/// "" when (left, right) is a sliding window spattn takes: each side >= 0, or -1 for unbounded;
+/// otherwise why not, naming both sides. Plans, the cost model and the program's --window ask it.
+std::string window_error(int64_t left, int64_t right);
+
 /// The visibility rule of AttentionOptions as two bounds: query i sees key j when
 /// i - left <= j <= i + right, where a negative bound is unbounded. Bounds and positions are
 /// below 2^62, so that their sums stay within int64.

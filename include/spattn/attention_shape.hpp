@@ -3,6 +3,7 @@
 /// The global shape of a distributed attention call, the same on every rank.
 
 #include <cstdint>
+#include <string>
 
 #include "spattn/dtype.hpp"
 
@@ -19,5 +20,10 @@ struct AttentionShape {
 
 /// Largest head dimension the kernels support.
 constexpr int64_t kMaxHeadDim = 256;
+
+/// "" when `shape` is one that spattn computes: every size at least 1, heads divisible by
+/// kv_heads, head_dim up to kMaxHeadDim; otherwise the first problem, naming the value and what
+/// is allowed. Plans refuse what it refuses, and so does the cost model.
+std::string shape_error(const AttentionShape& shape);
 
 }  // namespace spattn

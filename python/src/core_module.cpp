@@ -264,6 +264,9 @@ NB_MODULE(_core, m) {
       "name"_a,
       "`name` when it names a choice of block kernels (auto, own or cudnn); SpattnError naming the allowed "
       "names otherwise.");
+  m.def("window_error", &window_error, "left"_a, "right"_a,
+        "'' when (left, right) is a sliding window spattn takes (each side >= 0, or -1 for unbounded); "
+        "otherwise why not.");
   m.def("set_cpu_threads", &set_cpu_threads, "threads"_a, "Threads the CPU kernels use in this process.");
   m.def("cpu_threads", &cpu_threads, "Threads the CPU kernels use in this process.");
 

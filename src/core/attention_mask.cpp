@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <sstream>
 
 #include "spattn/attention_options.hpp"
 
@@ -29,6 +30,13 @@ int64_t pairs_within(int64_t q_begin, int64_t q_end, int64_t k_begin, int64_t k_
 }
 
 }  // namespace
+
+std::string window_error(int64_t left, int64_t right) {
+  if (left >= -1 && right >= -1) return "";
+  std::ostringstream error;
+  error << "window (" << left << ", " << right << ") is not allowed; each side is >= 0, or -1 for unbounded";
+  return error.str();
+}
 
 AttentionMask AttentionMask::from_options(const AttentionOptions& options) {
   AttentionMask mask{mask_bound(options.window_left), mask_bound(options.window_right)};

@@ -531,14 +531,11 @@ StrategyCost strategy_cost(const Cluster& cluster, const AttentionShape& shape, 
                            const AttentionOptions& attention, Algorithm algorithm, const StrategyOptions& strategy_options) {
   SPATTN_CHECK(ranks >= 1, "the cost model needs at least 1 rank, got " << ranks);
   check_ranks_fit(cluster, ranks);
-  SPATTN_CHECK(shape.batch > 0 && shape.seq > 0 && shape.heads > 0 && shape.kv_heads > 0 && shape.head_dim > 0,
-               "every size of the shape must be positive");
-  SPATTN_CHECK(shape.heads % shape.kv_heads == 0,
-               "heads (" << shape.heads << ") must be divisible by kv_heads (" << shape.kv_heads << ")");
+  const std::string shape_problem = shape_error(shape);
+  SPATTN_CHECK(shape_problem.empty(), shape_problem);
   SPATTN_CHECK(cluster.kernel_flops > 0, "the kernel rate must be positive");
-  SPATTN_CHECK(attention.window_left >= -1 && attention.window_right >= -1,
-               "window (" << attention.window_left << ", " << attention.window_right
-                          << ") must have each side >= -1 (-1: unbounded)");
+  const std::string window_problem = window_error(attention.window_left, attention.window_right);
+  SPATTN_CHECK(window_problem.empty(), window_problem);
   const Problem problem{cluster, shape, ranks, attention.causal, AttentionMask::from_options(attention)};
   StrategyCost cost;
   cost.algorithm = algorithm;

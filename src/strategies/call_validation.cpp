@@ -4,30 +4,19 @@
 #include <cstring>
 #include <sstream>
 
-#include "kernels/block_kernels.hpp"
 
 namespace spattn {
 
 std::string shape_and_options_error(const AttentionShape& shape, const AttentionOptions& options,
                                     const Device& device) {
-  std::ostringstream error;
-  if (shape.batch < 1) error << "batch must be at least 1, got " << shape.batch;
-  else if (shape.seq < 1) error << "sequence length must be at least 1, got " << shape.seq;
-  else if (shape.heads < 1) error << "heads must be at least 1, got " << shape.heads;
-  else if (shape.kv_heads < 1) error << "kv_heads must be at least 1, got " << shape.kv_heads;
-  else if (shape.heads % shape.kv_heads != 0)
-    error << "heads (" << shape.heads << ") must be divisible by kv_heads (" << shape.kv_heads
-          << "); every query head reads one kv head";
-  else if (shape.head_dim < 1 || shape.head_dim > kMaxHeadDim)
-    error << "head_dim " << shape.head_dim << " is not supported; allowed: 1 to " << kMaxHeadDim;
-  else if (options.window_left < -1 || options.window_right < -1)
-    error << "window (" << options.window_left << ", " << options.window_right
-          << ") is not allowed; each side is >= 0, or -1 for unbounded";
-  else if (options.softmax_scale && !(std::isfinite(*options.softmax_scale) && *options.softmax_scale > 0))
-    error << "softmax scale " << *options.softmax_scale << " is not allowed; it must be finite and > 0";
-  else
-    error << block_kernels_unsupported(device, options.kernel, shape.dtype, shape.head_dim);
-  return error.str();
+  std::string error = first_error({shape_error(shape), window_error(options.window_left, options.window_right)});
+  if (!error.empty()) return error;
+  if (options.softmax_scale && !(std::isfinite(*options.softmax_scale) && *options.softmax_scale > 0)) {
+    std::ostringstream scale_error;
+    scale_error << "softmax scale " << *options.softmax_scale << " is not allowed; it must be finite and > 0";
+    return scale_error.str();
+  }
+  return block_kernels_unsupported(device, options.kernel, shape.dtype, shape.head_dim);
 }
 
 std::string tensor_error(const char* name, const TensorView& tensor, std::initializer_list<int64_t> expected_shape,

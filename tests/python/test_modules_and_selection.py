@@ -114,7 +114,7 @@ def test_a_sliding_window_shrinks_the_modelled_attention():
             assert 0 < estimate.forward_backward_seconds < plain[estimate.algorithm].forward_backward_seconds
     assert spattn.auto_select(65536, 32, 8, 128, world_size=8, causal=True, window_size=(4096, 0)).algorithm in (
         "ulysses", "usp")
-    with pytest.raises(ValueError, match=r"window_size=\(-3, 0\); expected \(left, right\), each >= -1"):
+    with pytest.raises(ValueError, match=r"window_size=\(-3, 0\): window \(-3, 0\) is not allowed; each side is >= 0, or -1"):
         spattn.estimate_strategies(65536, 32, 8, 128, world_size=8, window_size=(-3, 0))
 
 

@@ -227,7 +227,7 @@ TEST(CostModel, ShortWindowsComputeOnlyBesideTheRanksOwnKeys) {
 
 TEST(CostModel, WindowSidesBelowMinusOneAreRefused) {
   EXPECT_THAT([] { strategy_cost(cluster_preset("nvswitch"), llm_shape(1024, 8), 8, mask_of(false, -2, 0), Algorithm::ring); },
-              ::testing::ThrowsMessage<Error>(HasSubstr("window (-2, 0) must have each side >= -1")));
+              ::testing::ThrowsMessage<Error>(HasSubstr("window (-2, 0) is not allowed; each side is >= 0, or -1 for unbounded")));
 }
 
 // A pass lasts its compute plus the transfer time that compute does not hide, for every strategy;
