@@ -22,6 +22,9 @@ def build_info() -> Dict[str, Any]: ...
 def parse_kernel_choice(name: str) -> str:
     """`name` when it names a choice of block kernels (auto, own or cudnn); SpattnError naming the
     allowed names otherwise."""
+def without_error_prefix(message: str) -> str:
+    """`message` without the 'spattn: ' that every SpattnError starts with, for quoting it in
+    another error."""
 def window_error(left: int, right: int) -> str:
     """'' when (left, right) is a sliding window spattn takes (each side >= 0, or -1 for
     unbounded); otherwise why not."""

@@ -70,7 +70,7 @@ def _argument_error(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p
         # The C++ core's names, and its message naming the allowed ones.
         _core.parse_kernel_choice(kernel if isinstance(kernel, str) else repr(kernel))
     except _core.SpattnError as error:
-        return ValueError(str(error).removeprefix("spattn: "))
+        return ValueError(_core.without_error_prefix(str(error)))
     if dropout_p != 0.0:
         return ValueError(f"dropout_p={dropout_p} is not supported: spattn computes exact attention without "
                           "dropout; allowed: 0.0")

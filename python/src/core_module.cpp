@@ -264,6 +264,8 @@ NB_MODULE(_core, m) {
       "name"_a,
       "`name` when it names a choice of block kernels (auto, own or cudnn); SpattnError naming the allowed "
       "names otherwise.");
+  m.def("without_error_prefix", &without_error_prefix, "message"_a,
+        "`message` without the 'spattn: ' that every SpattnError starts with, for quoting it in another error.");
   m.def("window_error", &window_error, "left"_a, "right"_a,
         "'' when (left, right) is a sliding window spattn takes (each side >= 0, or -1 for unbounded); "
         "otherwise why not.");
