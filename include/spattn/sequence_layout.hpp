@@ -41,6 +41,13 @@ class SequenceLayout {
   /// when a group's tokens do not split evenly.
   static SequenceLayout grouped(const SequenceLayout& group_layout, int ranks_per_group);
 
+  /// Packed documents of `document_lengths`, each split over the ranks by `kind` on its own
+  /// (contiguous: rank r holds the r-th of N parts of every document; zigzag: parts r and 2N-1-r
+  /// of 2N, so that under a causal mask within documents every rank has the same work); a rank's
+  /// shard holds its parts in document order. Throws Error naming the first document whose length
+  /// does not split (DocumentLayout pads documents so that they do).
+  static SequenceLayout per_document(LayoutKind kind, const std::vector<int64_t>& document_lengths, int ranks);
+
   /// An empty string when `global_length` splits over `ranks` in this layout, else the reason
   /// with the nearest valid lengths.
   static std::string split_error(LayoutKind kind, int64_t global_length, int ranks);

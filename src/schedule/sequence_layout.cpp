@@ -1,9 +1,9 @@
 #include "spattn/sequence_layout.hpp"
 
 #include <algorithm>
-#include <cstring>
 #include <sstream>
 
+#include "schedule/host_copy.hpp"
 #include "schedule/length_divisibility.hpp"
 #include "spattn/error.hpp"
 
@@ -97,31 +97,36 @@ SequenceLayout SequenceLayout::grouped(const SequenceLayout& group_layout, int r
   return SequenceLayout(name.str(), group_layout.global_length(), std::move(chunks));
 }
 
+SequenceLayout SequenceLayout::per_document(LayoutKind kind, const std::vector<int64_t>& document_lengths,
+                                            int ranks) {
+  SPATTN_CHECK(!document_lengths.empty(), "a packed sequence needs at least one document; got none");
+  std::vector<std::vector<SequenceChunk>> chunks(static_cast<std::size_t>(std::max(ranks, 0)));
+  int64_t document_start = 0;
+  int64_t local_start = 0;  // of the document's part in every rank's shard
+  for (std::size_t document = 0; document < document_lengths.size(); ++document) {
+    const int64_t length = document_lengths[document];
+    const std::string error = split_error(kind, length, ranks);
+    SPATTN_CHECK(error.empty(), "document " << document << ": " << error);
+    const std::vector<std::vector<SequenceChunk>> parts = base_chunks(kind, length, ranks);
+    for (int rank = 0; rank < ranks; ++rank)
+      for (const SequenceChunk& part : parts[static_cast<std::size_t>(rank)])
+        chunks[static_cast<std::size_t>(rank)].push_back(
+            SequenceChunk{document_start + part.position, part.length, local_start + part.local_offset});
+    document_start += length;
+    local_start += length / ranks;
+  }
+  std::ostringstream name;
+  name << layout_name(kind) << " per document (" << document_lengths.size() << " document"
+       << (document_lengths.size() == 1 ? "" : "s") << ")";
+  return SequenceLayout(name.str(), document_start, std::move(chunks));
+}
+
 const std::vector<SequenceChunk>& SequenceLayout::chunks(int rank) const {
   SPATTN_CHECK(rank >= 0 && rank < ranks(), "rank " << rank << " is outside 0.." << ranks() - 1);
   return chunks_[static_cast<std::size_t>(rank)];
 }
 
 namespace {
-
-// Copies `source` into `destination` (same dtype, same shape, any strides), a row of the last
-// dimension at a time when both store that row contiguously.
-void copy_same_dtype(const TensorView& source, const TensorView& destination) {
-  const std::size_t element = dtype_size(source.dtype);
-  const int last = source.ndim - 1;
-  const bool rows_contiguous = source.stride(last) == 1 && destination.stride(last) == 1;
-  const int64_t run = rows_contiguous ? source.size(last) : 1;
-  std::array<int64_t, TensorView::kMaxDims> index{};
-  const int64_t runs = source.numel() / std::max<int64_t>(run, 1);
-  for (int64_t linear = 0; linear < runs; ++linear) {
-    int64_t rest = linear * run;
-    for (int d = last; d >= 0; --d) {
-      index[static_cast<std::size_t>(d)] = rest % source.size(d);
-      rest /= source.size(d);
-    }
-    std::memcpy(destination.element_pointer(index), source.element_pointer(index), element * static_cast<std::size_t>(run));
-  }
-}
 
 void check_shard_shapes(const SequenceLayout& layout, const TensorView& full, const TensorView& local,
                         int seq_dim) {
@@ -147,7 +152,7 @@ void check_shard_shapes(const SequenceLayout& layout, const TensorView& full, co
 void shard_sequence(const SequenceLayout& layout, int rank, const TensorView& full, TensorView local, int seq_dim) {
   check_shard_shapes(layout, full, local, seq_dim);
   for (const SequenceChunk& chunk : layout.chunks(rank))
-    copy_same_dtype(full.slice(seq_dim, chunk.position, chunk.length),
+    copy_host_tensor(full.slice(seq_dim, chunk.position, chunk.length),
                     local.slice(seq_dim, chunk.local_offset, chunk.length));
 }
 
@@ -155,7 +160,7 @@ void unshard_sequence(const SequenceLayout& layout, int rank, const TensorView& 
                       int seq_dim) {
   check_shard_shapes(layout, full, local, seq_dim);
   for (const SequenceChunk& chunk : layout.chunks(rank))
-    copy_same_dtype(local.slice(seq_dim, chunk.local_offset, chunk.length),
+    copy_host_tensor(local.slice(seq_dim, chunk.local_offset, chunk.length),
                     full.slice(seq_dim, chunk.position, chunk.length));
 }
 

@@ -1,0 +1,76 @@
+#pragma once
+/// \file document_layout.hpp
+/// Packed documents (variable-length sequences, flash-attn's cu_seqlens) split over ranks for
+/// balance: every rank holds an equal part of every document, so that each rank's work is the
+/// same whatever the documents' lengths. A document whose length does not split is padded at its
+/// end; the padding is reported, filled with zeros in the shards and dropped when the shards are
+/// put back, and nothing is truncated.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "spattn/sequence_layout.hpp"
+#include "spattn/tensor.hpp"
+
+namespace spattn {
+
+class DocumentLayout {
+ public:
+  /// Documents of `document_lengths` (each at least 1 token, packed one after another) over
+  /// `ranks` ranks. contiguous: rank r holds the r-th of N equal parts of every document; zigzag:
+  /// parts r and 2N-1-r of 2N, which gives every rank the same work under a causal mask within
+  /// documents. A document is padded to the next multiple of N (contiguous) or 2N (zigzag).
+  /// Throws Error naming the value and what is allowed: ranks below 1, no documents, a length
+  /// below 1.
+  DocumentLayout(LayoutKind kind, std::vector<int64_t> document_lengths, int ranks);
+
+  LayoutKind kind() const { return kind_; }
+  int ranks() const { return sequence_layout_.ranks(); }
+  int documents() const { return static_cast<int>(document_lengths_.size()); }
+  const std::vector<int64_t>& document_lengths() const { return document_lengths_; }
+  /// Each document's length with its padding.
+  const std::vector<int64_t>& padded_lengths() const { return padded_lengths_; }
+  /// The tokens the caller holds: the sum of the document lengths.
+  int64_t tokens() const { return packed_starts_.back(); }
+  /// Padding tokens over all documents: sequence_layout().global_length() - tokens().
+  int64_t padding() const { return sequence_layout_.global_length() - tokens(); }
+  /// Where each document starts in the packed sequence the caller holds, and its end at the back:
+  /// flash-attn's cu_seqlens (documents() + 1 entries).
+  const std::vector<int64_t>& packed_starts() const { return packed_starts_; }
+  /// The same in the padded packed sequence.
+  const std::vector<int64_t>& padded_starts() const { return padded_starts_; }
+  /// The layout of the padded packed sequence: a rank's shard holds its parts of the documents
+  /// in document order (SequenceLayout::per_document).
+  const SequenceLayout& sequence_layout() const { return sequence_layout_; }
+  /// Where each document's part starts in every rank's shard, padding included, and the shard's
+  /// length at the back: the rank's cu_seqlens (the same on every rank).
+  const std::vector<int64_t>& local_starts() const { return local_starts_; }
+  /// Padding tokens in `rank`'s shard.
+  int64_t local_padding(int rank) const;
+  /// e.g. "zigzag per document over 4 ranks: 3 documents, 4103 tokens and 9 of padding".
+  std::string describe() const;
+
+ private:
+  LayoutKind kind_;
+  std::vector<int64_t> document_lengths_;
+  std::vector<int64_t> padded_lengths_;
+  std::vector<int64_t> packed_starts_;
+  std::vector<int64_t> padded_starts_;
+  std::vector<int64_t> local_starts_;
+  SequenceLayout sequence_layout_;
+};
+
+/// Copies rank `rank`'s shard of `packed` (the documents one after another along `seq_dim`,
+/// layout.tokens() of them, no padding) into `local` (layout.sequence_layout().local_length()
+/// along `seq_dim`), writing zeros where the shard holds padding. Host tensors of one dtype; the
+/// other dimensions equal. seq_dim is 1 for BSHD (batch 1), 0 for THD, 2 for lse (B, H, S).
+void shard_documents(const DocumentLayout& layout, int rank, const TensorView& packed, TensorView local,
+                     int seq_dim = 1);
+
+/// The inverse of shard_documents: writes the real tokens of `local` into their places in
+/// `packed`; its padding goes nowhere.
+void unshard_documents(const DocumentLayout& layout, int rank, const TensorView& local, TensorView packed,
+                       int seq_dim = 1);
+
+}  // namespace spattn

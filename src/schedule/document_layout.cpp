@@ -1,0 +1,121 @@
+#include "spattn/document_layout.hpp"
+
+#include <algorithm>
+#include <sstream>
+
+#include "schedule/host_copy.hpp"
+#include "spattn/error.hpp"
+
+namespace spattn {
+namespace {
+
+// The lengths with each document padded to the next multiple of what `kind` cuts it into, after
+// checking the arguments (before any layout is built from them).
+std::vector<int64_t> padded_document_lengths(LayoutKind kind, const std::vector<int64_t>& lengths, int ranks) {
+  SPATTN_CHECK(ranks >= 1, "the number of ranks must be at least 1, got " << ranks);
+  SPATTN_CHECK(!lengths.empty(), "a packed sequence needs at least one document; got none");
+  const int64_t parts = (kind == LayoutKind::zigzag ? 2 : 1) * int64_t{ranks};
+  std::vector<int64_t> padded;
+  for (std::size_t document = 0; document < lengths.size(); ++document) {
+    const int64_t length = lengths[document];
+    SPATTN_CHECK(length >= 1, "document " << document << " has length " << length << "; every document needs at "
+                                          "least 1 token");
+    padded.push_back((length + parts - 1) / parts * parts);
+  }
+  return padded;
+}
+
+// 0, then the running sums of `lengths`.
+std::vector<int64_t> starts_of(const std::vector<int64_t>& lengths) {
+  std::vector<int64_t> starts{0};
+  for (int64_t length : lengths) starts.push_back(starts.back() + length);
+  return starts;
+}
+
+// The real tokens of `chunk` (padded positions): how many lead it before the padding, and where
+// they are in the packed sequence.
+struct RealPart {
+  int64_t packed_position = 0;
+  int64_t length = 0;
+};
+
+RealPart real_part(const DocumentLayout& layout, const SequenceChunk& chunk) {
+  const std::vector<int64_t>& padded_starts = layout.padded_starts();
+  const auto document = static_cast<std::size_t>(
+      std::upper_bound(padded_starts.begin(), padded_starts.end(), chunk.position) - padded_starts.begin() - 1);
+  const int64_t into_document = chunk.position - padded_starts[document];
+  const int64_t real = layout.document_lengths()[document] - into_document;
+  return {layout.packed_starts()[document] + into_document, std::clamp<int64_t>(real, 0, chunk.length)};
+}
+
+void check_document_shapes(const DocumentLayout& layout, const TensorView& packed, const TensorView& local,
+                           int seq_dim) {
+  SPATTN_CHECK(packed.dtype == local.dtype, "the packed tensor is " << dtype_name(packed.dtype) << " but the shard is "
+                                                                    << dtype_name(local.dtype) << "; they must match");
+  SPATTN_CHECK(packed.device.kind == DeviceKind::cpu && local.device.kind == DeviceKind::cpu,
+               "sharding helpers work on host tensors; got " << packed.describe() << " and " << local.describe());
+  SPATTN_CHECK(packed.ndim == local.ndim && seq_dim >= 0 && seq_dim < packed.ndim,
+               "packed tensor " << packed.describe() << " and shard " << local.describe()
+                                << " must have the same rank, with sequence dimension " << seq_dim);
+  for (int d = 0; d < packed.ndim; ++d) {
+    const int64_t expected = d == seq_dim ? layout.sequence_layout().local_length() : packed.size(d);
+    SPATTN_CHECK(local.size(d) == expected, "shard " << local.describe() << " has extent " << local.size(d)
+                                                     << " in dimension " << d << "; expected " << expected);
+  }
+  SPATTN_CHECK(packed.size(seq_dim) == layout.tokens(),
+               "packed tensor " << packed.describe() << " has " << packed.size(seq_dim) << " tokens; the "
+                                << layout.documents() << " documents have " << layout.tokens());
+}
+
+}  // namespace
+
+DocumentLayout::DocumentLayout(LayoutKind kind, std::vector<int64_t> document_lengths, int ranks)
+    : kind_(kind),
+      document_lengths_(std::move(document_lengths)),
+      padded_lengths_(padded_document_lengths(kind, document_lengths_, ranks)),
+      packed_starts_(starts_of(document_lengths_)),
+      padded_starts_(starts_of(padded_lengths_)),
+      sequence_layout_(SequenceLayout::per_document(kind, padded_lengths_, ranks)) {
+  local_starts_.push_back(0);
+  for (int64_t padded : padded_lengths_) local_starts_.push_back(local_starts_.back() + padded / ranks);
+}
+
+int64_t DocumentLayout::local_padding(int rank) const {
+  int64_t real = 0;
+  for (const SequenceChunk& chunk : sequence_layout_.chunks(rank)) real += real_part(*this, chunk).length;
+  return sequence_layout_.local_length() - real;
+}
+
+std::string DocumentLayout::describe() const {
+  std::ostringstream text;
+  text << layout_name(kind_) << " per document over " << ranks() << " rank" << (ranks() == 1 ? "" : "s") << ": "
+       << documents() << " document" << (documents() == 1 ? "" : "s") << ", " << tokens() << " tokens and "
+       << padding() << " of padding";
+  return text.str();
+}
+
+void shard_documents(const DocumentLayout& layout, int rank, const TensorView& packed, TensorView local,
+                     int seq_dim) {
+  check_document_shapes(layout, packed, local, seq_dim);
+  for (const SequenceChunk& chunk : layout.sequence_layout().chunks(rank)) {
+    const RealPart real = real_part(layout, chunk);
+    if (real.length > 0)
+      copy_host_tensor(packed.slice(seq_dim, real.packed_position, real.length),
+                       local.slice(seq_dim, chunk.local_offset, real.length));
+    if (real.length < chunk.length)
+      zero_host_tensor(local.slice(seq_dim, chunk.local_offset + real.length, chunk.length - real.length));
+  }
+}
+
+void unshard_documents(const DocumentLayout& layout, int rank, const TensorView& local, TensorView packed,
+                       int seq_dim) {
+  check_document_shapes(layout, packed, local, seq_dim);
+  for (const SequenceChunk& chunk : layout.sequence_layout().chunks(rank)) {
+    const RealPart real = real_part(layout, chunk);
+    if (real.length > 0)
+      copy_host_tensor(local.slice(seq_dim, chunk.local_offset, real.length),
+                       packed.slice(seq_dim, real.packed_position, real.length));
+  }
+}
+
+}  // namespace spattn
