@@ -26,4 +26,8 @@ std::vector<OutputError> compare_with_reference(const AttentionOutputs& distribu
 
 bool all_pass(const std::vector<OutputError>& errors);
 
+/// The largest |value| among the finite `values` (0 when none): what errors are measured against,
+/// gradients against the largest of out, dq, dk and dv together.
+double max_finite_magnitude(const std::vector<double>& values);
+
 }  // namespace spattn

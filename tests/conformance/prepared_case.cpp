@@ -7,6 +7,7 @@
 #include <random>
 #include <utility>
 
+#include "accuracy_report.hpp"
 #include "elementwise_reference.hpp"
 
 namespace spattn::test {
@@ -31,13 +32,6 @@ HostTensor poisoned_tensor(DType dtype, std::initializer_list<int64_t> shape) {
   HostTensor tensor(dtype, shape);
   tensor.poison();
   return tensor;
-}
-
-double largest_magnitude(const std::vector<double>& values) {
-  double largest = 0;
-  for (double value : values)
-    if (std::isfinite(value)) largest = std::max(largest, std::abs(value));
-  return largest;
 }
 
 std::size_t add_tensor(PreparedCase& prepared, HostTensor tensor) {
@@ -137,10 +131,10 @@ void prepare_forward(const BlockKernelCase& c, const BlockInputs& inputs, const 
   std::vector<bool> lse_without_keys;
   for (double value : problem.lse) lse_without_keys.push_back(value == kMinusInfinity);
   prepared.outputs.push_back({to_final_out ? "final_out" : "out", to_final_out ? final_out : out, OutputKind::attention,
-                              problem.out, largest_magnitude(problem.out), false,
+                              problem.out, max_finite_magnitude(problem.out), false,
                               rows_without_keys(problem.lse, c.block, D)});
   prepared.outputs.push_back(
-      {"lse", lse, OutputKind::lse, problem.lse, largest_magnitude(problem.lse), false, lse_without_keys});
+      {"lse", lse, OutputKind::lse, problem.lse, max_finite_magnitude(problem.lse), false, lse_without_keys});
 }
 
 void prepare_backward(const BlockKernelCase& c, const BlockInputs& inputs, const BlockProblem& problem,
@@ -185,10 +179,10 @@ void prepare_backward(const BlockKernelCase& c, const BlockInputs& inputs, const
     kernels.backward(block);
   };
   if (!with_expectations) return;
-  double gradient_magnitude = std::max(largest_magnitude(problem.out), largest_magnitude(problem.dq));
+  double gradient_magnitude = std::max(max_finite_magnitude(problem.out), max_finite_magnitude(problem.dq));
   for (std::size_t s = 0; s < dk.size(); ++s)
     gradient_magnitude =
-        std::max({gradient_magnitude, largest_magnitude(problem.dk[s]), largest_magnitude(problem.dv[s])});
+        std::max({gradient_magnitude, max_finite_magnitude(problem.dk[s]), max_finite_magnitude(problem.dv[s])});
   prepared.outputs.push_back({"dq", dq, OutputKind::attention, problem.dq, gradient_magnitude, true,
                               rows_without_keys(problem.lse, c.block, D)});
   for (std::size_t s = 0; s < dk.size(); ++s) {
@@ -315,7 +309,7 @@ void prepare_merge(const BlockKernelCase& c, bool with_expectations, std::mt1993
     const std::vector<HostTensor>& before = prepared.tensors;
     MergedRows merged = merged_rows(before[partial_out_index], before[partial_lse_index], before[running_out_index],
                                     before[running_lse_index]);
-    const double out_magnitude = largest_magnitude(merged.out), lse_magnitude = largest_magnitude(merged.lse);
+    const double out_magnitude = max_finite_magnitude(merged.out), lse_magnitude = max_finite_magnitude(merged.lse);
     prepared.outputs.push_back({"merged out", running_out_index, OutputKind::fp32_arithmetic, std::move(merged.out),
                                 out_magnitude, false, std::move(out_of_empty_rows)});
     prepared.outputs.push_back({"merged lse", running_lse_index, OutputKind::fp32_arithmetic, std::move(merged.lse),
@@ -337,7 +331,7 @@ void prepare_softmax_delta(const BlockKernelCase& c, bool with_expectations, std
   prepared.bytes = 2 * bytes_of(elements, c.dtype) + static_cast<double>(B * H * S) * kFp32Bytes;
   if (!with_expectations) return;
   std::vector<double> expected = row_sums_of_products(prepared.tensors[out], prepared.tensors[dout]);
-  const double magnitude = largest_magnitude(expected);
+  const double magnitude = max_finite_magnitude(expected);
   prepared.outputs.push_back({"delta", delta, OutputKind::fp32_arithmetic, std::move(expected), magnitude, false, {}});
 }
 
