@@ -77,8 +77,9 @@ def estimate_strategies(seq_len: int, heads: int, kv_heads: Optional[int] = None
         raise ValueError(f"world_size {ranks}: strategies differ only on 2 or more ranks")
     if len(window_size) != 2:
         raise ValueError(f"window_size={window_size!r}; expected (left, right), -1 meaning unbounded")
-    if _core.window_error(*window_size):
-        raise ValueError(f"window_size={window_size!r}: {_core.window_error(*window_size)}")
+    window_error = _core.window_error(*window_size)
+    if window_error:
+        raise ValueError(f"window_size={window_size!r}: {window_error}")
     rows = _core.estimate_strategies(cluster, ranks, batch, seq_len, heads, heads if kv_heads is None else kv_heads,
                                      head_dim, dtype_name("dtype", dtype), causal, 0 if nodes is None else nodes,
                                      window_size[0], window_size[1])

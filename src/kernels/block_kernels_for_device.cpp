@@ -43,8 +43,10 @@ std::string block_kernels_unsupported(const Device& device, KernelChoice kernel,
   std::string reason = unsupported_whatever_the_call(device, kernel);
   // Said here, where plans ask before their first transfer, and not only by the kernels at the
   // first block.
-  if (reason.empty() && !input_dtype_unsupported(device.kind, dtype).empty())
-    reason = "on " + device_name(device) + ", " + input_dtype_unsupported(device.kind, dtype);
+  if (reason.empty()) {
+    const std::string dtype_reason = input_dtype_unsupported(device.kind, dtype);
+    if (!dtype_reason.empty()) reason = "on " + device_name(device) + ", " + dtype_reason;
+  }
 #ifdef SPATTN_WITH_CUDA
   if (reason.empty() && kernel == KernelChoice::own) {
     const std::string own_reason = cuda::hopper_forward_unsupported(device, dtype, head_dim);

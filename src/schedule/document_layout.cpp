@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <sstream>
 
-#include "schedule/host_copy.hpp"
+#include "schedule/host_shards.hpp"
 #include "spattn/error.hpp"
 
 namespace spattn {
@@ -50,18 +50,7 @@ RealPart real_part(const DocumentLayout& layout, const SequenceChunk& chunk) {
 
 void check_document_shapes(const DocumentLayout& layout, const TensorView& packed, const TensorView& local,
                            int seq_dim) {
-  SPATTN_CHECK(packed.dtype == local.dtype, "the packed tensor is " << dtype_name(packed.dtype) << " but the shard is "
-                                                                    << dtype_name(local.dtype) << "; they must match");
-  SPATTN_CHECK(packed.device.kind == DeviceKind::cpu && local.device.kind == DeviceKind::cpu,
-               "sharding helpers work on host tensors; got " << packed.describe() << " and " << local.describe());
-  SPATTN_CHECK(packed.ndim == local.ndim && seq_dim >= 0 && seq_dim < packed.ndim,
-               "packed tensor " << packed.describe() << " and shard " << local.describe()
-                                << " must have the same rank, with sequence dimension " << seq_dim);
-  for (int d = 0; d < packed.ndim; ++d) {
-    const int64_t expected = d == seq_dim ? layout.sequence_layout().local_length() : packed.size(d);
-    SPATTN_CHECK(local.size(d) == expected, "shard " << local.describe() << " has extent " << local.size(d)
-                                                     << " in dimension " << d << "; expected " << expected);
-  }
+  check_whole_and_shard("packed", packed, local, seq_dim, layout.sequence_layout().local_length());
   SPATTN_CHECK(packed.size(seq_dim) == layout.tokens(),
                "packed tensor " << packed.describe() << " has " << packed.size(seq_dim) << " tokens; the "
                                 << layout.documents() << " documents have " << layout.tokens());

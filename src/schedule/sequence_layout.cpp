@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <sstream>
 
-#include "schedule/host_copy.hpp"
+#include "schedule/host_shards.hpp"
 #include "schedule/length_divisibility.hpp"
 #include "spattn/error.hpp"
 
@@ -130,18 +130,7 @@ namespace {
 
 void check_shard_shapes(const SequenceLayout& layout, const TensorView& full, const TensorView& local,
                         int seq_dim) {
-  SPATTN_CHECK(full.dtype == local.dtype, "full tensor is " << dtype_name(full.dtype) << " but the shard is "
-                                                            << dtype_name(local.dtype) << "; they must match");
-  SPATTN_CHECK(full.device.kind == DeviceKind::cpu && local.device.kind == DeviceKind::cpu,
-               "sharding helpers work on host tensors; got " << full.describe() << " and " << local.describe());
-  SPATTN_CHECK(full.ndim == local.ndim && seq_dim >= 0 && seq_dim < full.ndim,
-               "full tensor " << full.describe() << " and shard " << local.describe()
-                              << " must have the same rank, with sequence dimension " << seq_dim);
-  for (int d = 0; d < full.ndim; ++d) {
-    const int64_t expected = d == seq_dim ? layout.local_length() : full.size(d);
-    SPATTN_CHECK(local.size(d) == expected, "shard " << local.describe() << " has extent " << local.size(d)
-                                                     << " in dimension " << d << "; expected " << expected);
-  }
+  check_whole_and_shard("full", full, local, seq_dim, layout.local_length());
   SPATTN_CHECK(full.size(seq_dim) == layout.global_length(),
                "full tensor " << full.describe() << " has " << full.size(seq_dim) << " tokens; the layout has "
                               << layout.global_length());

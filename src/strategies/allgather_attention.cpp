@@ -52,7 +52,6 @@ class AllGatherStrategy final : public StrategyBase {
   AllGatherStrategy(Communicator& communicator, std::vector<CallField> signature, SequenceLayout layout,
                     const AttentionShape& call_shape, const AttentionOptions& call_options)
       : StrategyBase(communicator, std::move(signature), std::move(layout), call_shape, call_options),
-        comm(communicator),
         rank(communicator.rank()),
         ranks(communicator.size()),
         local_seq(sequence_layout.local_length()),
@@ -72,7 +71,7 @@ class AllGatherStrategy final : public StrategyBase {
 
   void forward(const TensorView& q, const TensorView& k, const TensorView& v, TensorView out, TensorView lse,
                Profile* profile) override {
-    begin_forward(comm, q, k, v, out, lse);
+    begin_forward(world, q, k, v, out, lse);
     ensure_workspace(/*backward=*/false);
     ProfileRecorder recorder(profile, groups, *kernels, "forward");
     std::unique_ptr<PendingTransfer> gather;
@@ -80,7 +79,7 @@ class AllGatherStrategy final : public StrategyBase {
     for (int group = 0; group < groups; ++group) {
       std::unique_ptr<PendingTransfer> next_gather;
       if (group + 1 < groups) recorder.compute(group, [&] { next_gather = start_gather(k, v, group + 1, recorder, group); });
-      recorder.wait(group, comm, *gather);
+      recorder.wait(group, world, *gather);
       recorder.compute(group, [&] { forward_group(q, out, lse, group); });
       gather = std::move(next_gather);
     }
@@ -90,7 +89,7 @@ class AllGatherStrategy final : public StrategyBase {
   void backward(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                 const TensorView& lse, const TensorView& dout, TensorView dq, TensorView dk, TensorView dv,
                 Profile* profile) override {
-    begin_backward(comm, q, k, v, out, lse, dout, dq, dk, dv);
+    begin_backward(world, q, k, v, out, lse, dout, dq, dk, dv);
     ensure_workspace(/*backward=*/true);
     ProfileRecorder recorder(profile, groups, *kernels, "backward");
     std::unique_ptr<PendingTransfer> gather, reduction;
@@ -102,12 +101,12 @@ class AllGatherStrategy final : public StrategyBase {
     for (int group = 0; group < groups; ++group) {
       std::unique_ptr<PendingTransfer> next_gather;
       if (group + 1 < groups) recorder.compute(group, [&] { next_gather = start_gather(k, v, group + 1, recorder, group); });
-      recorder.wait(group, comm, *gather);
+      recorder.wait(group, world, *gather);
       recorder.compute(group, [&] { backward_group(q, out, dout, lse, group); });
       // The previous group's sums must land before its buffers are reused by this group's.
       if (reduction) finish_reduction(recorder, *reduction, group - 1, dk, dv, group);
       recorder.sent(group, static_cast<double>(2 * group_elements() * sizeof(float)) * (ranks - 1), ranks - 1);
-      reduction = comm.start_reduce_scatter_sum(static_cast<const float*>(gradient_gathered[group % 2].data()),
+      reduction = world.start_reduce_scatter_sum(static_cast<const float*>(gradient_gathered[group % 2].data()),
                                                 static_cast<float*>(gradient_reduced[group % 2].data()),
                                                 2 * group_elements());
       gather = std::move(next_gather);
@@ -176,7 +175,7 @@ class AllGatherStrategy final : public StrategyBase {
     kernels->copy(kv_heads_of(v, group), mine.v);
     const std::size_t bytes = 2 * group_elements() * dtype_size(shape.dtype);
     recorder.sent(step, static_cast<double>(bytes) * (ranks - 1), ranks - 1);
-    return comm.start_all_gather(mine.k.data, gathered[group % 2].data(), bytes);
+    return world.start_all_gather(mine.k.data, gathered[group % 2].data(), bytes);
   }
 
   // Query heads that read the kv heads of `group` (GQA: query head h reads kv head h / (H/HK)).
@@ -257,7 +256,7 @@ class AllGatherStrategy final : public StrategyBase {
   // Waits for the reduce-scatter of `group` and writes this rank's sums into dk, dv.
   void finish_reduction(ProfileRecorder& recorder, PendingTransfer& reduction, int group, TensorView dk, TensorView dv,
                         int step) {
-    recorder.wait(step, comm, reduction);
+    recorder.wait(step, world, reduction);
     recorder.compute(step, [&] {
       const KvHeads sums = group_at(gradient_reduced[group % 2].data(), DType::f32);
       kernels->copy(sums.k, kv_heads_of(dk, group));
@@ -265,7 +264,6 @@ class AllGatherStrategy final : public StrategyBase {
     });
   }
 
-  Communicator& comm;  // the call's ranks, which gather and reduce-scatter
   const int rank;
   const int ranks;
   const int64_t local_seq;

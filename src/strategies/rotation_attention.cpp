@@ -54,7 +54,6 @@ class RotationStrategy final : public StrategyBase {
   RotationStrategy(Communicator& communicator, const RotationKind& kind, std::vector<CallField> signature,
                    SequenceLayout layout, const AttentionShape& call_shape, const AttentionOptions& call_options)
       : StrategyBase(communicator, std::move(signature), std::move(layout), call_shape, call_options),
-        comm(communicator),
         schedule(rotation_cycles(kind.algorithm, communicator.size(), kind.nodes), communicator.size()),
         rank(communicator.rank()),
         ranks(communicator.size()),
@@ -67,7 +66,7 @@ class RotationStrategy final : public StrategyBase {
 
   void forward(const TensorView& q, const TensorView& k, const TensorView& v, TensorView out, TensorView lse,
                Profile* profile) override {
-    begin_forward(comm, q, k, v, out, lse);
+    begin_forward(world, q, k, v, out, lse);
     ensure_forward_workspace();
     ProfileRecorder recorder(profile, ranks, *kernels, "forward");
     int current = 0;
@@ -85,7 +84,7 @@ class RotationStrategy final : public StrategyBase {
       if (step + 1 < ranks) rotation = start_rotation(rotating_kv[current], rotating_kv[1 - current], recorder, step);
       recorder.compute(step, [&] { forward_step(q, rotating_kv[current], step, out, lse); });
       if (rotation) {
-        recorder.wait(step, comm, *rotation);
+        recorder.wait(step, world, *rotation);
         current = 1 - current;
       }
     }
@@ -95,7 +94,7 @@ class RotationStrategy final : public StrategyBase {
   void backward(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                 const TensorView& lse, const TensorView& dout, TensorView dq, TensorView dk, TensorView dv,
                 Profile* profile) override {
-    begin_backward(comm, q, k, v, out, lse, dout, dq, dk, dv);
+    begin_backward(world, q, k, v, out, lse, dout, dq, dk, dv);
     ensure_backward_workspace();
     ProfileRecorder recorder(profile, ranks, *kernels, "backward");
     int current = 0;
@@ -116,7 +115,7 @@ class RotationStrategy final : public StrategyBase {
         backward_step(q, out, dout, lse, rotating_kv[current], contribution, step);
       });
       if (gradient_hop) {
-        recorder.wait(step, comm, *gradient_hop);
+        recorder.wait(step, world, *gradient_hop);
         recorder.compute(step, [&] {
           for (int slot = 0; slot < slots; ++slot) {
             kernels->add(kv_gradient_received[slot].k, contribution[slot].k);
@@ -126,7 +125,7 @@ class RotationStrategy final : public StrategyBase {
       }
       if (step + 1 < ranks) gradient_hop = start_rotation(contribution, kv_gradient_received, recorder, step);
       if (rotation) {
-        recorder.wait(step, comm, *rotation);
+        recorder.wait(step, world, *rotation);
         current = 1 - current;
       }
     }
@@ -140,7 +139,7 @@ class RotationStrategy final : public StrategyBase {
       const SlotSet& own_final_gradient = rotating_kv[1 - current];
       recorder.compute(ranks - 1, [&] { copy_slots(kv_gradient_contribution[(ranks - 1) % 2], final_gradient); });
       gradient_hop = start_rotation(final_gradient, own_final_gradient, recorder, ranks - 1);
-      recorder.wait(ranks - 1, comm, *gradient_hop);
+      recorder.wait(ranks - 1, world, *gradient_hop);
       own_gradient = &own_final_gradient;
     }
     recorder.compute(ranks - 1, [&] {
@@ -260,7 +259,7 @@ class RotationStrategy final : public StrategyBase {
       rotation_batch.receives.push_back({incoming[slot].v.data, bytes, predecessor});
       recorder.sent(step, 2.0 * static_cast<double>(bytes), 2);
     }
-    return comm.start(rotation_batch);
+    return world.start(rotation_batch);
   }
 
   // Where each query chunk's blocks start and end in the order of the steps (see forward()), and
@@ -331,7 +330,6 @@ class RotationStrategy final : public StrategyBase {
     }
   }
 
-  Communicator& comm;  // the call's ranks, which the slots rotate over
   const CycleSchedule schedule;
   const int rank;
   const int ranks;

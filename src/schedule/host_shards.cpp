@@ -1,8 +1,10 @@
-#include "schedule/host_copy.hpp"
+#include "schedule/host_shards.hpp"
 
 #include <algorithm>
 #include <array>
 #include <cstring>
+
+#include "spattn/error.hpp"
 
 namespace spattn {
 namespace {
@@ -26,6 +28,22 @@ void for_each_run(const TensorView& view, bool rows_contiguous, Visit visit) {
 }
 
 }  // namespace
+
+void check_whole_and_shard(const char* whole_name, const TensorView& whole, const TensorView& local, int seq_dim,
+                           int64_t local_tokens) {
+  SPATTN_CHECK(whole.dtype == local.dtype, whole_name << " tensor is " << dtype_name(whole.dtype) << " but the shard is "
+                                                      << dtype_name(local.dtype) << "; they must match");
+  SPATTN_CHECK(whole.device.kind == DeviceKind::cpu && local.device.kind == DeviceKind::cpu,
+               "sharding helpers work on host tensors; got " << whole.describe() << " and " << local.describe());
+  SPATTN_CHECK(whole.ndim == local.ndim && seq_dim >= 0 && seq_dim < whole.ndim,
+               whole_name << " tensor " << whole.describe() << " and shard " << local.describe()
+                          << " must have the same rank, with sequence dimension " << seq_dim);
+  for (int d = 0; d < whole.ndim; ++d) {
+    const int64_t expected = d == seq_dim ? local_tokens : whole.size(d);
+    SPATTN_CHECK(local.size(d) == expected, "shard " << local.describe() << " has extent " << local.size(d)
+                                                     << " in dimension " << d << "; expected " << expected);
+  }
+}
 
 void copy_host_tensor(const TensorView& source, const TensorView& destination) {
   const std::size_t element = dtype_size(source.dtype);
