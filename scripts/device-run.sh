@@ -482,8 +482,11 @@ if wants python-gpu; then
   # A carried OpenBLAS (see the build) is found through the environment.
   [[ -f "$deps_dir/openblas/lib/libopenblas.so.0" ]] && ! ldconfig -p | grep -q 'libopenblas\.so' &&
     export CMAKE_PREFIX_PATH="$deps_dir/openblas${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
-  if (cd "$root" && SPATTN_CUDA=ON CMAKE_BUILD_PARALLEL_LEVEL="$jobs" timeout "$(seconds_left)" \
-        python3 -m pip install --no-build-isolation --no-deps --root-user-action=ignore .) >"$logs/python-build.log" 2>&1; then
+  install_status=0
+  (cd "$root" && SPATTN_CUDA=ON CMAKE_BUILD_PARALLEL_LEVEL="$jobs" timeout "$(seconds_left)" \
+    python3 -m pip install --no-build-isolation --no-deps --root-user-action=ignore .) >"$logs/python-build.log" 2>&1 ||
+    install_status=$?
+  if [[ $install_status -eq 0 ]]; then
     status=0
     summaries=""
     export PYTHONFAULTHANDLER=1  # a crash in the extension still names the Python line
@@ -497,6 +500,8 @@ if wants python-gpu; then
     done
     if [[ $status -eq 0 && "$summaries" == *passed* ]]; then record python-gpu passed "$summaries"
     else record python-gpu failed "exit $status; $summaries see python-gpu-*.log"; fi
+  elif [[ $install_status -eq 124 ]]; then
+    record python-gpu failed "stopped by the ${budget_s}s budget inside pip install . (a call of its own fits)"
   else
     record python-gpu failed "pip install . with SPATTN_CUDA=ON failed: see python-build.log"
   fi
