@@ -2,9 +2,11 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 
 #include "device_tensor.hpp"
 #include "spattn/device_memory.hpp"
+#include "spattn/document_layout.hpp"
 #include "spattn/error.hpp"
 #include "spattn/local_attention.hpp"
 #include "spattn/memory_statistics.hpp"
@@ -59,12 +61,30 @@ void divide_profile(Profile& profile, int count) {
   }
 }
 
+// How the problem's full tensors map to the ranks' shards: the plan's layout, or with packed
+// documents their layout (the full tensors hold the documents without padding).
+struct ShardMap {
+  const SequenceLayout& layout;
+  const std::optional<DocumentLayout>& documents;
+
+  int64_t full_length() const { return documents ? documents->tokens() : layout.global_length(); }
+  void shard(int rank, const TensorView& full, TensorView local, int seq_dim) const {
+    if (documents) shard_documents(*documents, rank, full, local, seq_dim);
+    else shard_sequence(layout, rank, full, local, seq_dim);
+  }
+  void unshard(int rank, const TensorView& local, TensorView full, int seq_dim) const {
+    if (documents) unshard_documents(*documents, rank, local, full, seq_dim);
+    else unshard_sequence(layout, rank, local, full, seq_dim);
+  }
+};
+
 // This rank's shard of a full tensor.
-HostTensor shard_of(const SequenceLayout& layout, int rank, const HostTensor& full, int seq_dim) {
+HostTensor shard_of(const ShardMap& map, int rank, const HostTensor& full, int seq_dim) {
   const TensorView& view = full.view();
-  HostTensor local = seq_dim == 1 ? HostTensor(view.dtype, {view.size(0), layout.local_length(), view.size(2), view.size(3)})
-                                  : HostTensor(view.dtype, {view.size(0), view.size(1), layout.local_length()});
-  shard_sequence(layout, rank, view, local.view(), seq_dim);
+  const int64_t local_length = map.layout.local_length();
+  HostTensor local = seq_dim == 1 ? HostTensor(view.dtype, {view.size(0), local_length, view.size(2), view.size(3)})
+                                  : HostTensor(view.dtype, {view.size(0), view.size(1), local_length});
+  map.shard(rank, view, local.view(), seq_dim);
   return local;
 }
 
@@ -77,8 +97,7 @@ HostTensor poisoned(DType dtype, std::initializer_list<int64_t> shape) {
 
 // Every rank's shard gathered (on the communicator's device) and put in its place in a full
 // host tensor.
-HostTensor gather_full(Communicator& communicator, const SequenceLayout& layout, const DeviceTensor& local,
-                       int seq_dim) {
+HostTensor gather_full(Communicator& communicator, const ShardMap& map, const DeviceTensor& local, int seq_dim) {
   const TensorView& view = local.view();
   const int ranks = communicator.size();
   const std::size_t shard_bytes = static_cast<std::size_t>(view.numel()) * dtype_size(view.dtype);
@@ -87,14 +106,14 @@ HostTensor gather_full(Communicator& communicator, const SequenceLayout& layout,
   communicator.wait(*gather);
   std::vector<unsigned char> on_host(everyone.bytes());
   copy_bytes(everyone.data(), view.device, on_host.data(), Device::cpu(), everyone.bytes());
-  HostTensor full = seq_dim == 1 ? HostTensor(view.dtype, {view.size(0), layout.global_length(), view.size(2), view.size(3)})
-                                 : HostTensor(view.dtype, {view.size(0), view.size(1), layout.global_length()});
+  HostTensor full = seq_dim == 1 ? HostTensor(view.dtype, {view.size(0), map.full_length(), view.size(2), view.size(3)})
+                                 : HostTensor(view.dtype, {view.size(0), view.size(1), map.full_length()});
   // Each rank's shard on the host: the local shard's contiguous view, moved to the host copy.
   TensorView shard = view;
   shard.device = Device::cpu();
   for (int rank = 0; rank < ranks; ++rank) {
     shard.data = on_host.data() + shard_bytes * static_cast<std::size_t>(rank);
-    unshard_sequence(layout, rank, shard, full.view(), seq_dim);
+    map.unshard(rank, shard, full.view(), seq_dim);
   }
   return full;
 }
@@ -137,9 +156,17 @@ StrategyRun run_strategy(Communicator& communicator, Algorithm algorithm, const 
   const Device device = communicator.device();
   const MemoryStatistics before_plan = memory_statistics(device);
   reset_peak_memory(device);
-  auto plan = std::make_unique<DistributedAttention>(communicator, algorithm, problem.shape, problem.options,
+  // Packed documents: the plan runs their padded sequence.
+  std::optional<DocumentLayout> documents;
+  AttentionShape plan_shape = problem.shape;
+  if (!problem.options.document_lengths.empty()) {
+    documents = plan_document_layout(algorithm, communicator.size(), problem.options, strategy_options);
+    plan_shape.seq = documents->sequence_layout().global_length();
+  }
+  auto plan = std::make_unique<DistributedAttention>(communicator, algorithm, plan_shape, problem.options,
                                                      strategy_options);
   const SequenceLayout& layout = plan->layout();
+  const ShardMap map{layout, documents};
   const int rank = communicator.rank();
   const bool backward = !problem.dout.empty();
   const auto [B, H, HK, D, dtype] =
@@ -147,14 +174,14 @@ StrategyRun run_strategy(Communicator& communicator, Algorithm algorithm, const 
                       problem.shape.dtype);
   const int64_t local_seq = layout.local_length();
 
-  const DeviceTensor q(shard_of(layout, rank, problem.q, 1), device);
-  const DeviceTensor k(shard_of(layout, rank, problem.k, 1), device);
-  const DeviceTensor v(shard_of(layout, rank, problem.v, 1), device);
+  const DeviceTensor q(shard_of(map, rank, problem.q, 1), device);
+  const DeviceTensor k(shard_of(map, rank, problem.k, 1), device);
+  const DeviceTensor v(shard_of(map, rank, problem.v, 1), device);
   DeviceTensor out(poisoned(dtype, {B, local_seq, H, D}), device);
   DeviceTensor lse(poisoned(DType::f32, {B, H, local_seq}), device);
   DeviceTensor dout, dq, dk, dv;
   if (backward) {
-    dout = DeviceTensor(shard_of(layout, rank, problem.dout, 1), device);
+    dout = DeviceTensor(shard_of(map, rank, problem.dout, 1), device);
     dq = DeviceTensor(poisoned(dtype, {B, local_seq, H, D}), device);
     dk = DeviceTensor(poisoned(dtype, {B, local_seq, HK, D}), device);
     dv = DeviceTensor(poisoned(dtype, {B, local_seq, HK, D}), device);
@@ -210,12 +237,12 @@ StrategyRun run_strategy(Communicator& communicator, Algorithm algorithm, const 
   run.memory.allocations_after_first_call =
       allocations_after_first_call < 0 ? 0 : after_calls.allocations - allocations_after_first_call;
 
-  run.outputs.out = gather_full(communicator, layout, out, 1);
-  run.outputs.lse = gather_full(communicator, layout, lse, 2);
+  run.outputs.out = gather_full(communicator, map, out, 1);
+  run.outputs.lse = gather_full(communicator, map, lse, 2);
   if (backward) {
-    run.outputs.dq = gather_full(communicator, layout, dq, 1);
-    run.outputs.dk = gather_full(communicator, layout, dk, 1);
-    run.outputs.dv = gather_full(communicator, layout, dv, 1);
+    run.outputs.dq = gather_full(communicator, map, dq, 1);
+    run.outputs.dk = gather_full(communicator, map, dk, 1);
+    run.outputs.dv = gather_full(communicator, map, dv, 1);
   }
   plan.reset();
   run.memory.bytes_left_after_plan = memory_statistics(device).bytes_in_use - before_plan.bytes_in_use;

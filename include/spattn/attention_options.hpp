@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "spattn/device.hpp"
 #include "spattn/dtype.hpp"
@@ -54,7 +55,22 @@ struct AttentionOptions {
   /// automatic is allowed: plans refuse any other choice on every rank before their first
   /// transfer, as they do `own` where spattn's own kernels cannot run the call.
   KernelChoice kernel = KernelChoice::automatic;
+  /// Packed documents (flash-attn's varlen cu_seqlens, as lengths): the sequence holds documents
+  /// of these lengths one after another, and a query sees only keys of its own document (the mask
+  /// above applies within it). Empty: the whole sequence is one document. A plan pads each
+  /// document so that it splits over the ranks (DocumentLayout, plan_document_layout): its shape's
+  /// seq is the padded length, and padding is never attended (its rows get out 0, lse -inf, no
+  /// gradient).
+  std::vector<int64_t> document_lengths = {};
 };
+
+/// "" when `lengths` are document lengths spattn takes: each at least 1 token (none: one
+/// document); otherwise why not, naming the first bad one.
+std::string document_lengths_error(const std::vector<int64_t>& lengths);
+
+/// Like document_lengths_error, and the documents, packed without padding, fill a sequence of
+/// `tokens`: what one device (local attention, the fp64 reference) takes.
+std::string packed_documents_error(const std::vector<int64_t>& lengths, int64_t tokens);
 
 /// "" when (left, right) is a sliding window spattn takes: each side >= 0, or -1 for unbounded;
 /// otherwise why not, naming both sides. Plans, the cost model and the program's --window ask it.

@@ -11,17 +11,28 @@
 #include "spattn/attention_options.hpp"
 #include "spattn/attention_shape.hpp"
 #include "spattn/communicator.hpp"
+#include "spattn/document_layout.hpp"
 #include "spattn/profile.hpp"
 #include "spattn/sequence_layout.hpp"
 #include "spattn/tensor.hpp"
 
 namespace spattn {
 
+/// The packed documents of options.document_lengths as a plan of `algorithm` over `ranks` ranks
+/// holds them: each document split over the ranks in the strategy's layout (zigzag per document
+/// where the strategy balances causal work that way), padded where its length does not split.
+/// Its sequence_layout().global_length() is the shape's seq of such a plan, and
+/// shard_documents / unshard_documents move the caller's packed tensors to and from the shards.
+/// Throws Error for bad lengths, or for a strategy that takes no documents yet (the rotations do).
+DocumentLayout plan_document_layout(Algorithm algorithm, int ranks, const AttentionOptions& options,
+                                    const StrategyOptions& strategy_options = {});
+
 /// A plan for repeated calls of one shape with one strategy: validates once, agrees across
 /// ranks, and owns its workspace (allocated at the first call, reused by later ones).
 /// Collective: every rank constructs it with the same arguments.
 ///
-/// Tensors are this rank's shard in layout(), S_local = S / N:
+/// Tensors are this rank's shard in layout(), S_local = S / N (with packed documents, S is their
+/// padded length: see plan_document_layout):
 ///   q, out, dout, dq: (B, S_local, H, D) in shape.dtype;  k, v, dk, dv: (B, S_local, HK, D);
 ///   lse: (B, H, S_local) fp32.
 class DistributedAttention {

@@ -46,6 +46,11 @@ class DocumentLayout {
   /// Where each document's part starts in every rank's shard, padding included, and the shard's
   /// length at the back: the rank's cu_seqlens (the same on every rank).
   const std::vector<int64_t>& local_starts() const { return local_starts_; }
+  /// The document that holds `padded_position` (a position of the padded sequence).
+  int document_at(int64_t padded_position) const;
+  /// How many of the `length` tokens from `padded_position` (all in one document) are real: they
+  /// lead, and the document's padding follows them.
+  int64_t real_tokens(int64_t padded_position, int64_t length) const;
   /// Padding tokens in `rank`'s shard.
   int64_t local_padding(int rank) const;
   /// e.g. "zigzag per document over 4 ranks: 3 documents, 4103 tokens and 9 of padding".

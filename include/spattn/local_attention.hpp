@@ -8,7 +8,8 @@
 
 namespace spattn {
 
-/// out, lse = attention(q, k, v) over the whole sequence.
+/// out, lse = attention(q, k, v) over the whole sequence (with options.document_lengths: the
+/// documents packed without padding, each attending only to itself, one block per document).
 /// \param[in]  q     (B, S, H, D)
 /// \param[in]  k, v  (B, S, HK, D), same dtype as q
 /// \param[out] out   (B, S, H, D), q's dtype

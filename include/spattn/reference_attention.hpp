@@ -20,7 +20,9 @@ struct ReferenceResult {
 };
 
 /// Attention of the full sequence in fp64 from inputs of any dtype on the host (their values as
-/// stored, so fp16/bf16 rounding of the inputs is not counted as error).
+/// stored, so fp16/bf16 rounding of the inputs is not counted as error). With
+/// options.document_lengths the sequence is those documents packed, without padding (their sum
+/// is S), and each query sees only its own document.
 /// \param[in] q     (B, S, H, D)
 /// \param[in] k, v  (B, S, HK, D)
 /// \param[in] dout  (B, S, H, D), or a view with data == nullptr for forward only

@@ -31,6 +31,28 @@ int64_t pairs_within(int64_t q_begin, int64_t q_end, int64_t k_begin, int64_t k_
 
 }  // namespace
 
+std::string document_lengths_error(const std::vector<int64_t>& lengths) {
+  for (std::size_t document = 0; document < lengths.size(); ++document)
+    if (lengths[document] < 1) {
+      std::ostringstream error;
+      error << "document " << document << " has length " << lengths[document]
+            << "; every document needs at least 1 token";
+      return error.str();
+    }
+  return "";
+}
+
+std::string packed_documents_error(const std::vector<int64_t>& lengths, int64_t tokens) {
+  const std::string error = document_lengths_error(lengths);
+  if (!error.empty() || lengths.empty()) return error;
+  int64_t sum = 0;
+  for (int64_t length : lengths) sum += length;
+  if (sum == tokens) return "";
+  std::ostringstream mismatch;
+  mismatch << "the " << lengths.size() << " documents have " << sum << " tokens; the sequence has " << tokens;
+  return mismatch.str();
+}
+
 std::string window_error(int64_t left, int64_t right) {
   if (left >= -1 && right >= -1) return "";
   std::ostringstream error;

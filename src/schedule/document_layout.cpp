@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "schedule/host_shards.hpp"
+#include "spattn/attention_options.hpp"
 #include "spattn/error.hpp"
 
 namespace spattn {
@@ -15,13 +16,10 @@ std::vector<int64_t> padded_document_lengths(LayoutKind kind, const std::vector<
   SPATTN_CHECK(ranks >= 1, "the number of ranks must be at least 1, got " << ranks);
   SPATTN_CHECK(!lengths.empty(), "a packed sequence needs at least one document; got none");
   const int64_t parts = (kind == LayoutKind::zigzag ? 2 : 1) * int64_t{ranks};
+  const std::string error = document_lengths_error(lengths);
+  SPATTN_CHECK(error.empty(), error);
   std::vector<int64_t> padded;
-  for (std::size_t document = 0; document < lengths.size(); ++document) {
-    const int64_t length = lengths[document];
-    SPATTN_CHECK(length >= 1, "document " << document << " has length " << length << "; every document needs at "
-                                          "least 1 token");
-    padded.push_back((length + parts - 1) / parts * parts);
-  }
+  for (int64_t length : lengths) padded.push_back((length + parts - 1) / parts * parts);
   return padded;
 }
 
@@ -40,12 +38,9 @@ struct RealPart {
 };
 
 RealPart real_part(const DocumentLayout& layout, const SequenceChunk& chunk) {
-  const std::vector<int64_t>& padded_starts = layout.padded_starts();
-  const auto document = static_cast<std::size_t>(
-      std::upper_bound(padded_starts.begin(), padded_starts.end(), chunk.position) - padded_starts.begin() - 1);
-  const int64_t into_document = chunk.position - padded_starts[document];
-  const int64_t real = layout.document_lengths()[document] - into_document;
-  return {layout.packed_starts()[document] + into_document, std::clamp<int64_t>(real, 0, chunk.length)};
+  const auto document = static_cast<std::size_t>(layout.document_at(chunk.position));
+  const int64_t into_document = chunk.position - layout.padded_starts()[document];
+  return {layout.packed_starts()[document] + into_document, layout.real_tokens(chunk.position, chunk.length)};
 }
 
 void check_document_shapes(const DocumentLayout& layout, const TensorView& packed, const TensorView& local,
@@ -67,6 +62,19 @@ DocumentLayout::DocumentLayout(LayoutKind kind, std::vector<int64_t> document_le
       sequence_layout_(SequenceLayout::per_document(kind, padded_lengths_, ranks)) {
   local_starts_.push_back(0);
   for (int64_t padded : padded_lengths_) local_starts_.push_back(local_starts_.back() + padded / ranks);
+}
+
+int DocumentLayout::document_at(int64_t padded_position) const {
+  SPATTN_CHECK(padded_position >= 0 && padded_position < padded_starts_.back(),
+               "position " << padded_position << " is outside the padded sequence 0.." << padded_starts_.back() - 1);
+  return static_cast<int>(std::upper_bound(padded_starts_.begin(), padded_starts_.end(), padded_position) -
+                          padded_starts_.begin() - 1);
+}
+
+int64_t DocumentLayout::real_tokens(int64_t padded_position, int64_t length) const {
+  const auto document = static_cast<std::size_t>(document_at(padded_position));
+  const int64_t real = document_lengths_[document] - (padded_position - padded_starts_[document]);
+  return std::clamp<int64_t>(real, 0, length);
 }
 
 int64_t DocumentLayout::local_padding(int rank) const {

@@ -8,8 +8,6 @@
 
 namespace spattn {
 
-int64_t slot_length(const SequenceLayout& layout, int slots) { return layout.local_length() / slots; }
-
 std::string slot_split_error(LayoutKind kind, int64_t global_length, int ranks, int slots) {
   const std::string layout_error = SequenceLayout::split_error(kind, global_length, ranks);
   if (slots <= 1 || !layout_error.empty()) return layout_error;
@@ -23,42 +21,72 @@ std::string slot_split_error(LayoutKind kind, int64_t global_length, int ranks, 
                         global_length, multiple);
 }
 
-namespace {
-
-// Piece `slot` of `chunk`: the cut that makes the slots.
-SequenceChunk chunk_piece(const SequenceChunk& chunk, int slots, int slot) {
-  const int64_t piece_length = chunk.length / slots;
-  return {chunk.position + slot * piece_length, piece_length, chunk.local_offset + slot * piece_length};
+SlotCut::SlotCut(const SequenceLayout& layout, int slots) : slot_lengths_(static_cast<std::size_t>(slots), 0) {
+  SPATTN_CHECK(slots >= 1, "a rotation needs at least 1 slot, got " << slots);
+  int next_longer = 0;  // the slot that takes the next chunk's first extra token
+  for (const SequenceChunk& chunk : layout.chunks(0)) {
+    const int64_t base = chunk.length / slots, extra = chunk.length % slots;
+    std::vector<int64_t> starts{0};
+    for (int slot = 0; slot < slots; ++slot) {
+      const bool longer = (slot - next_longer + slots) % slots < extra;
+      starts.push_back(starts.back() + base + (longer ? 1 : 0));
+      slot_lengths_[static_cast<std::size_t>(slot)] += starts.back() - starts[starts.size() - 2];
+    }
+    next_longer = static_cast<int>((next_longer + extra) % slots);
+    piece_starts_.push_back(std::move(starts));
+  }
 }
 
-}  // namespace
+SequenceChunk SlotCut::piece(const SequenceChunk& chunk, std::size_t chunk_index, int slot) const {
+  const std::vector<int64_t>& starts = piece_starts_.at(chunk_index);
+  const int64_t begin = starts.at(static_cast<std::size_t>(slot)), end = starts.at(static_cast<std::size_t>(slot) + 1);
+  return {chunk.position + begin, end - begin, chunk.local_offset + begin};
+}
 
-std::vector<SlotPiece> slot_pieces(const SequenceLayout& layout, int slots, int rank, int slot) {
+std::vector<SlotPiece> SlotCut::slot_pieces(const SequenceLayout& layout, int rank, int slot) const {
   std::vector<SlotPiece> pieces;
   int64_t slot_offset = 0;
-  for (const SequenceChunk& chunk : layout.chunks(rank)) {
-    const SequenceChunk piece = chunk_piece(chunk, slots, slot);
-    pieces.push_back(SlotPiece{slot, slot_offset, piece.position, piece.length});
-    slot_offset += piece.length;
+  const std::vector<SequenceChunk>& chunks = layout.chunks(rank);
+  for (std::size_t index = 0; index < chunks.size(); ++index) {
+    const SequenceChunk cut = piece(chunks[index], index, slot);
+    pieces.push_back(SlotPiece{slot, slot_offset, cut.position, cut.length, cut.local_offset});
+    slot_offset += cut.length;
   }
   return pieces;
 }
 
-int64_t shard_offset_of_piece(const SequenceLayout& layout, int slots, int rank, int slot, int piece) {
-  return chunk_piece(layout.chunks(rank).at(static_cast<std::size_t>(piece)), slots, slot).local_offset;
+namespace {
+
+// `range` cut to its document's real tokens (its length 0 when it holds only padding).
+template <typename Range>
+Range real_part(const DocumentLayout* documents, Range range) {
+  if (documents != nullptr && range.length > 0) range.length = documents->real_tokens(range.position, range.length);
+  return range;
 }
 
-std::vector<RotationStepBlock> rotation_step_blocks(const SequenceLayout& layout, const CycleSchedule& schedule,
-                                                    const AttentionMask& mask, int rank, int step) {
+bool same_document(const DocumentLayout* documents, int64_t a, int64_t b) {
+  return documents == nullptr || documents->document_at(a) == documents->document_at(b);
+}
+
+}  // namespace
+
+std::vector<RotationStepBlock> rotation_step_blocks(const SequenceLayout& layout, const SlotCut& cut,
+                                                    const CycleSchedule& schedule, const AttentionMask& mask,
+                                                    const DocumentLayout* documents, int rank, int step) {
   std::vector<SlotPiece> held;
   for (int slot = 0; slot < schedule.slots(); ++slot)
-    for (const SlotPiece& piece : slot_pieces(layout, schedule.slots(), schedule.source(slot, rank, step), slot))
-      held.push_back(piece);
+    for (const SlotPiece& piece : cut.slot_pieces(layout, schedule.source(slot, rank, step), slot)) {
+      const SlotPiece real = real_part(documents, piece);
+      if (real.length > 0) held.push_back(real);
+    }
   std::vector<RotationStepBlock> blocks;
-  for (const SequenceChunk& queries : layout.chunks(rank)) {
+  for (const SequenceChunk& chunk : layout.chunks(rank)) {
+    const SequenceChunk queries = real_part(documents, chunk);
+    if (queries.length == 0) continue;
     RotationStepBlock block{queries, {}};
     for (const SlotPiece& piece : held)
-      if (mask.any_visible(queries.position, queries.position + queries.length, piece.position,
+      if (same_document(documents, queries.position, piece.position) &&
+          mask.any_visible(queries.position, queries.position + queries.length, piece.position,
                            piece.position + piece.length))
         block.keys.push_back(piece);
     if (!block.keys.empty()) blocks.push_back(block);
@@ -69,32 +97,48 @@ std::vector<RotationStepBlock> rotation_step_blocks(const SequenceLayout& layout
 std::vector<std::vector<int64_t>> rotation_visible_pairs(const SequenceLayout& layout, const CycleSchedule& schedule,
                                                          const AttentionMask& mask) {
   const int ranks = schedule.ranks(), slots = schedule.slots();
+  const SlotCut slot_cut(layout, slots);
+  const std::vector<SequenceChunk>& chunk_shape = layout.chunks(0);  // every rank's chunk lengths
+  const std::size_t key_chunks = chunk_shape.size();
+  // Per slot, the chunk indices whose piece in it is one token longer than the shortest.
+  std::vector<std::vector<std::size_t>> longer(static_cast<std::size_t>(slots));
+  for (std::size_t index = 0; index < key_chunks; ++index)
+    for (int slot = 0; slot < slots; ++slot)
+      if (slot_cut.piece(chunk_shape[index], index, slot).length > chunk_shape[index].length / slots)
+        longer[static_cast<std::size_t>(slot)].push_back(index);
   std::vector<std::vector<int64_t>> pairs(static_cast<std::size_t>(ranks),
                                           std::vector<int64_t>(static_cast<std::size_t>(ranks), 0));
   struct Cut {  // a (query chunk, key chunk) pair that the mask cuts: counted piece by piece
     int owner;
     SequenceChunk queries, keys;
+    std::size_t key_index;
   };
-  std::vector<int64_t> whole(static_cast<std::size_t>(ranks));  // per owner: the pairs of each slot seen whole
+  std::vector<int64_t> whole(static_cast<std::size_t>(ranks));  // per owner: pairs seen whole with the shortest pieces
+  std::vector<int64_t> whole_queries(static_cast<std::size_t>(ranks) * key_chunks);  // per owner and key chunk
   std::vector<int> seen;                                        // owners with whole pairs
   std::vector<Cut> cuts;
   std::vector<int64_t> by_step(static_cast<std::size_t>(ranks));
   for (int holder = 0; holder < ranks; ++holder) {
     std::fill(whole.begin(), whole.end(), 0);
+    std::fill(whole_queries.begin(), whole_queries.end(), 0);
     seen.clear();
     cuts.clear();
     for (int owner = 0; owner < ranks; ++owner) {
+      bool seen_whole = false;
       for (const SequenceChunk& queries : layout.chunks(holder))
-        for (const SequenceChunk& keys : layout.chunks(owner)) {
+        for (std::size_t index = 0; index < key_chunks; ++index) {
+          const SequenceChunk& keys = layout.chunks(owner)[index];
           const int64_t q_end = queries.position + queries.length, k_end = keys.position + keys.length;
           if (!mask.any_visible(queries.position, q_end, keys.position, k_end)) continue;
           if (mask.all_visible(queries.position, q_end, keys.position, k_end)) {
-            whole[static_cast<std::size_t>(owner)] += queries.length * chunk_piece(keys, slots, 0).length;
+            whole[static_cast<std::size_t>(owner)] += queries.length * (keys.length / slots);
+            whole_queries[static_cast<std::size_t>(owner) * key_chunks + index] += queries.length;
+            seen_whole = true;
           } else {
-            cuts.push_back({owner, queries, keys});
+            cuts.push_back({owner, queries, keys, index});
           }
         }
-      if (whole[static_cast<std::size_t>(owner)] > 0) seen.push_back(owner);
+      if (seen_whole) seen.push_back(owner);
     }
     std::fill(by_step.begin(), by_step.end(), 0);
     for (int slot = 0; slot < slots; ++slot) {
@@ -107,9 +151,15 @@ std::vector<std::vector<int64_t>> rotation_visible_pairs(const SequenceLayout& l
         const int hops = here - position[static_cast<std::size_t>(owner)];
         return static_cast<std::size_t>(hops < 0 ? hops + ranks : hops);
       };
-      for (int owner : seen) by_step[step_of(owner)] += whole[static_cast<std::size_t>(owner)];
+      const std::vector<std::size_t>& longer_here = longer[static_cast<std::size_t>(slot)];
+      for (int owner : seen) {
+        int64_t owner_pairs = whole[static_cast<std::size_t>(owner)];
+        for (std::size_t index : longer_here)
+          owner_pairs += whole_queries[static_cast<std::size_t>(owner) * key_chunks + index];
+        by_step[step_of(owner)] += owner_pairs;
+      }
       for (const Cut& cut : cuts) {
-        const SequenceChunk piece = chunk_piece(cut.keys, slots, slot);
+        const SequenceChunk piece = slot_cut.piece(cut.keys, cut.key_index, slot);
         by_step[step_of(cut.owner)] += mask.visible_pairs(cut.queries.position, cut.queries.position + cut.queries.length,
                                                           piece.position, piece.position + piece.length);
       }

@@ -1,17 +1,19 @@
 #pragma once
 // Which blocks a rank computes at each step of a rotation (ring, Hamiltonian-cycle, two-level),
-// as pure functions of the layout, the cycles and the mask. Every chunk a rank holds is cut
-// into one equal piece per cycle; slot c is piece c of each of the rank's chunks, stored one
-// after another, and it travels along cycle c. At step s rank r holds slot c of rank
+// as pure functions of the layout, the cycles, the mask and the documents. Every chunk a rank
+// holds is cut into one piece per cycle (SlotCut); slot c is piece c of each of the rank's chunks,
+// stored one after another, and it travels along cycle c. At step s rank r holds slot c of rank
 // schedule.source(c, r, s), and pairs each of its query chunks with every piece of the held
 // slots it can see, so only unmasked work is scheduled (for a causal zigzag layout this is the
-// M/P rule of hamilton.md and the zigzag ring's balanced steps).
+// M/P rule of hamilton.md and the zigzag ring's balanced steps). With packed documents a query
+// chunk sees only pieces of its own document, and neither takes its document's padding.
 
 #include <string>
 #include <vector>
 
 #include "schedule/cycle_schedule.hpp"
 #include "spattn/attention_options.hpp"
+#include "spattn/document_layout.hpp"
 #include "spattn/sequence_layout.hpp"
 
 namespace spattn {
@@ -22,6 +24,7 @@ struct SlotPiece {
   int64_t slot_offset = 0;  // first token inside the slot
   int64_t position = 0;     // global position of that token
   int64_t length = 0;
+  int64_t shard_offset = 0;  // where it sits in its owner's shard
 };
 
 /// A query chunk and the pieces of held slots it sees at one step.
@@ -30,28 +33,43 @@ struct RotationStepBlock {
   std::vector<SlotPiece> keys;
 };
 
-/// Tokens of one slot: the local length over the number of slots.
-int64_t slot_length(const SequenceLayout& layout, int slots);
-
 /// "" when every chunk of the layout cuts into `slots` equal pieces, else why, with the
 /// nearest valid sequence lengths.
 std::string slot_split_error(LayoutKind kind, int64_t global_length, int ranks, int slots);
 
-/// The pieces of slot `slot` of `rank` (piece `slot` of each of its chunks, in chunk order).
-std::vector<SlotPiece> slot_pieces(const SequenceLayout& layout, int slots, int rank, int slot);
+/// How every chunk of a layout is cut into one piece per slot. A chunk of L tokens gives every
+/// slot L / slots of them and L % slots of the slots one more, taken in turn across the chunks,
+/// so that the slots stay within a token of each other; a chunk's pieces lie in slot order. Every
+/// rank holds chunks of the same lengths in the same order (contiguous, zigzag, per document), so
+/// a slot has the same length on every rank, and a slot sent along its cycle fits its receiver.
+class SlotCut {
+ public:
+  SlotCut(const SequenceLayout& layout, int slots);
 
-/// Where piece `piece` of this rank's slot `slot` sits in its own shard: the inverse of the
-/// cut, used to fill slots from the caller's keys and return gradients.
-int64_t shard_offset_of_piece(const SequenceLayout& layout, int slots, int rank, int slot, int piece);
+  int slots() const { return static_cast<int>(slot_lengths_.size()); }
+  /// Tokens of slot `slot` (on every rank).
+  int64_t slot_length(int slot) const { return slot_lengths_.at(static_cast<std::size_t>(slot)); }
+  /// Piece `slot` of the chunk at `chunk_index` of a rank's chunks (positions, offset in the shard).
+  SequenceChunk piece(const SequenceChunk& chunk, std::size_t chunk_index, int slot) const;
+  /// The pieces of slot `slot` of `rank` (piece `slot` of each of its chunks, in chunk order).
+  std::vector<SlotPiece> slot_pieces(const SequenceLayout& layout, int rank, int slot) const;
 
-/// The blocks of `rank` at `step`; query chunks that see nothing held are left out.
-std::vector<RotationStepBlock> rotation_step_blocks(const SequenceLayout& layout, const CycleSchedule& schedule,
-                                                    const AttentionMask& mask, int rank, int step);
+ private:
+  std::vector<std::vector<int64_t>> piece_starts_;  // per chunk index: slots + 1 offsets into the chunk
+  std::vector<int64_t> slot_lengths_;
+};
+
+/// The blocks of `rank` at `step`; query chunks that see nothing held are left out. `documents`:
+/// the packed documents of a per-document layout (nullptr: the sequence is one document, no
+/// padding); a block's queries and keys are then cut to their document's real tokens.
+std::vector<RotationStepBlock> rotation_step_blocks(const SequenceLayout& layout, const SlotCut& cut,
+                                                    const CycleSchedule& schedule, const AttentionMask& mask,
+                                                    const DocumentLayout* documents, int rank, int step);
 
 /// The visible (query, key) pairs of every rank at every step, pairs[step][rank]: the work of
-/// rotation_step_blocks, counted without listing the blocks. Chunk pairs that a rank sees whole
-/// add the same to every slot; only those the mask cuts are counted piece by piece
-/// (AttentionMask::visible_pairs). At most ranks^2 x slots additions: about a second for
+/// rotation_step_blocks (one document), counted without listing the blocks. Chunk pairs that a
+/// rank sees whole add a piece's length per query; only those the mask cuts are counted piece by
+/// piece (AttentionMask::visible_pairs). At most ranks^2 x slots additions: about a second for
 /// hamilton's 1023 slots at 1024 ranks.
 std::vector<std::vector<int64_t>> rotation_visible_pairs(const SequenceLayout& layout, const CycleSchedule& schedule,
                                                          const AttentionMask& mask);

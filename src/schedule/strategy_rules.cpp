@@ -49,6 +49,32 @@ std::string rotation_error(Algorithm algorithm, int64_t seq, int ranks, bool cau
   return slot_split_error(form.layout, seq, ranks, form.slots);
 }
 
+std::string documents_unsupported(Algorithm algorithm, const std::vector<int64_t>& document_lengths) {
+  if (document_lengths.empty() || is_single_level_rotation(algorithm) || algorithm == Algorithm::hamilton2) return "";
+  return "packed documents (document_lengths) are taken by ring, zigzag, hamilton and hamilton2 so far, not by '" +
+         algorithm_name(algorithm) + "'";
+}
+
+DocumentLayout rotation_document_layout(Algorithm algorithm, int ranks, bool causal, int nodes,
+                                        const std::vector<int64_t>& document_lengths) {
+  const std::string unsupported = documents_unsupported(algorithm, document_lengths);
+  SPATTN_CHECK(unsupported.empty(), unsupported);
+  return DocumentLayout(rotation_form(algorithm, ranks, causal, nodes).layout, document_lengths, ranks);
+}
+
+std::string rotation_documents_error(Algorithm algorithm, int64_t seq, int ranks, bool causal, int nodes,
+                                     const std::vector<int64_t>& document_lengths) {
+  const RotationForm form = rotation_form(algorithm, ranks, causal, nodes);
+  if (!form.cycles_error.empty()) return form.cycles_error;
+  const std::string lengths = document_lengths_error(document_lengths);
+  if (!lengths.empty()) return lengths;
+  const DocumentLayout documents(form.layout, document_lengths, ranks);
+  const int64_t padded = documents.sequence_layout().global_length();
+  if (seq == padded) return "";
+  return "seq " + std::to_string(seq) + " does not match the packed documents: " + documents.describe() +
+         "; seq must be their padded length " + std::to_string(padded) + " (plan_document_layout)";
+}
+
 std::string ulysses_error(const AttentionShape& shape, int ranks) {
   const std::string split = SequenceLayout::split_error(LayoutKind::contiguous, shape.seq, ranks);
   if (!split.empty()) return split;

@@ -8,10 +8,12 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "schedule/cycle_schedule.hpp"
 #include "spattn/attention_shape.hpp"
 #include "spattn/algorithm.hpp"
+#include "spattn/document_layout.hpp"
 #include "spattn/sequence_layout.hpp"
 
 namespace spattn {
@@ -39,6 +41,21 @@ RankCycles rotation_cycles(Algorithm algorithm, int ranks, int nodes);
 /// "" when the rotation runs `seq` tokens over `ranks` ranks, else why: no cycles, or a length
 /// that its layout does not cut into its slots.
 std::string rotation_error(Algorithm algorithm, int64_t seq, int ranks, bool causal, int nodes);
+
+/// "" when `algorithm` takes the packed documents of `document_lengths` (none: always), else
+/// why: the rotations (ring, zigzag, hamilton, hamilton2) take them so far.
+std::string documents_unsupported(Algorithm algorithm, const std::vector<int64_t>& document_lengths);
+
+/// The packed documents of `document_lengths` as the rotation `algorithm` holds them at `ranks`
+/// ranks: each document split over the ranks in the rotation's layout (rotation_form), padded
+/// where it does not split. Throws Error for bad lengths or a strategy that takes no documents.
+DocumentLayout rotation_document_layout(Algorithm algorithm, int ranks, bool causal, int nodes,
+                                        const std::vector<int64_t>& document_lengths);
+
+/// "" when the rotation runs the packed documents of `document_lengths` with `seq` tokens, else
+/// why: no cycles, a bad length, or a seq other than the documents' padded length.
+std::string rotation_documents_error(Algorithm algorithm, int64_t seq, int ranks, bool causal, int nodes,
+                                     const std::vector<int64_t>& document_lengths);
 
 /// ulysses: a contiguous layout and whole query heads per rank.
 std::string ulysses_error(const AttentionShape& shape, int ranks);

@@ -290,6 +290,7 @@ std::unique_ptr<Strategy> make_allgather_strategy(Communicator& communicator, co
   std::vector<CallField> signature = call_signature(Algorithm::allgather, shape, options);
   agree_on_call(communicator,
                 first_error({caller_error, shape_and_options_error(shape, options, communicator.device()),
+                             documents_unsupported(Algorithm::allgather, options.document_lengths),
                              allgather_error(shape, communicator.size())}),
                 signature);
   return std::make_unique<AllGatherStrategy>(communicator, std::move(signature),

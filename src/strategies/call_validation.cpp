@@ -9,7 +9,8 @@ namespace spattn {
 
 std::string shape_and_options_error(const AttentionShape& shape, const AttentionOptions& options,
                                     const Device& device) {
-  std::string error = first_error({shape_error(shape), window_error(options.window_left, options.window_right)});
+  std::string error = first_error({shape_error(shape), window_error(options.window_left, options.window_right),
+                                   document_lengths_error(options.document_lengths)});
   if (!error.empty()) return error;
   if (options.softmax_scale && !(std::isfinite(*options.softmax_scale) && *options.softmax_scale > 0)) {
     std::ostringstream scale_error;
@@ -109,6 +110,23 @@ std::string show_scale(int64_t bits) {
 
 }  // namespace
 
+namespace {
+
+// The 64-bit FNV-1a hash of `values`' bytes: ranks given different document lengths differ in it.
+int64_t fingerprint(const std::vector<int64_t>& values) {
+  uint64_t hash = 14695981039346656037ull;
+  for (int64_t value : values)
+    for (int byte = 0; byte < 8; ++byte) {
+      hash ^= (static_cast<uint64_t>(value) >> (8 * byte)) & 0xffu;
+      hash *= 1099511628211ull;
+    }
+  int64_t signed_hash = 0;
+  std::memcpy(&signed_hash, &hash, sizeof hash);
+  return signed_hash;
+}
+
+}  // namespace
+
 std::vector<CallField> call_signature(Algorithm algorithm, const AttentionShape& shape, const AttentionOptions& options) {
   int64_t scale = -1;
   if (options.softmax_scale) {
@@ -127,7 +145,9 @@ std::vector<CallField> call_signature(Algorithm algorithm, const AttentionShape&
           {"window_left", options.window_left},
           {"window_right", options.window_right},
           {"softmax_scale", scale, show_scale},
-          {"kernel", static_cast<int64_t>(options.kernel), show_kernel}};
+          {"kernel", static_cast<int64_t>(options.kernel), show_kernel},
+          {"documents", static_cast<int64_t>(options.document_lengths.size())},
+          {"document_lengths (FNV-1a of them)", fingerprint(options.document_lengths)}};
 }
 
 float resolved_scale(const AttentionShape& shape, const AttentionOptions& options) {

@@ -1,5 +1,6 @@
 #include "spattn/distributed_attention.hpp"
 
+#include "schedule/strategy_rules.hpp"
 #include "spattn/device_memory.hpp"
 #include "spattn/error.hpp"
 #include "strategies/strategy.hpp"
@@ -26,6 +27,11 @@ std::unique_ptr<Strategy> make_strategy(Communicator& communicator, Algorithm al
 }
 
 }  // namespace
+
+DocumentLayout plan_document_layout(Algorithm algorithm, int ranks, const AttentionOptions& options,
+                                    const StrategyOptions& strategy_options) {
+  return rotation_document_layout(algorithm, ranks, options.causal, strategy_options.nodes, options.document_lengths);
+}
 
 DistributedAttention::DistributedAttention(Communicator& communicator, Algorithm algorithm, const AttentionShape& shape,
                                            const AttentionOptions& options, const StrategyOptions& strategy_options)

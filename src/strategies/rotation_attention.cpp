@@ -7,6 +7,7 @@
 
 #include <limits>
 #include <map>
+#include <optional>
 #include <utility>
 
 #include "kernels/block_kernels.hpp"
@@ -51,16 +52,20 @@ std::vector<CallField> rotation_signature(const RotationKind& kind, const Attent
 class RotationStrategy final : public StrategyBase {
  public:
   // The ranks of `communicator` agreed on the call (make_rotation_strategy).
+  // `documents`: the packed documents when the call has them (the layout is theirs).
   RotationStrategy(Communicator& communicator, const RotationKind& kind, std::vector<CallField> signature,
-                   SequenceLayout layout, const AttentionShape& call_shape, const AttentionOptions& call_options)
+                   SequenceLayout layout, std::optional<DocumentLayout> call_documents,
+                   const AttentionShape& call_shape, const AttentionOptions& call_options)
       : StrategyBase(communicator, std::move(signature), std::move(layout), call_shape, call_options),
         schedule(rotation_cycles(kind.algorithm, communicator.size(), kind.nodes), communicator.size()),
         rank(communicator.rank()),
         ranks(communicator.size()),
         slots(schedule.slots()),
-        slot_seq(slot_length(sequence_layout, slots)) {
+        slot_cut(sequence_layout, slots),
+        documents(std::move(call_documents)) {
+    const DocumentLayout* packed = documents ? &*documents : nullptr;
     for (int step = 0; step < ranks; ++step)
-      blocks_of_step.push_back(rotation_step_blocks(sequence_layout, schedule, mask, rank, step));
+      blocks_of_step.push_back(rotation_step_blocks(sequence_layout, slot_cut, schedule, mask, packed, rank, step));
     find_first_and_last_blocks();
   }
 
@@ -73,10 +78,10 @@ class RotationStrategy final : public StrategyBase {
     recorder.compute(0, [&] {
       fill_own_slots(k, v, rotating_kv[current]);
       // The first block of a chunk writes its rows, the last converts them into out, and lse
-      // accumulates in place: only rows that no block sees are written here.
-      for (const SequenceChunk& queries : chunks_without_blocks) {
-        kernels->fill(out.slice(1, queries.local_offset, queries.length), 0.0f);
-        kernels->fill(lse.slice(2, queries.local_offset, queries.length), -std::numeric_limits<float>::infinity());
+      // accumulates in place: only rows that no block sees (padding among them) are written here.
+      for (const SequenceChunk& rows : rows_without_blocks) {
+        kernels->fill(out.slice(1, rows.local_offset, rows.length), 0.0f);
+        kernels->fill(lse.slice(2, rows.local_offset, rows.length), -std::numeric_limits<float>::infinity());
       }
     });
     for (int step = 0; step < ranks; ++step) {
@@ -166,13 +171,17 @@ class RotationStrategy final : public StrategyBase {
   // Every slot's keys and values of `dtype` in one new buffer: the keys of all slots, then the
   // values, each slot a contiguous (B, slot tokens, HK, D) tensor that travels as one message.
   SlotSet allocate_slots(std::vector<DeviceBuffer>& owner, DType dtype) {
-    const std::size_t slot_bytes = bshd_bytes(dtype, slot_seq, shape.kv_heads);
-    owner.emplace_back(*kernels, 2 * static_cast<std::size_t>(slots) * slot_bytes);
-    char* base = static_cast<char*>(owner.back().data());
+    const std::size_t all_keys_bytes = bshd_bytes(dtype, local_seq(), shape.kv_heads);
+    owner.emplace_back(*kernels, 2 * all_keys_bytes);
+    char* keys = static_cast<char*>(owner.back().data());
+    char* values = keys + all_keys_bytes;
     SlotSet set;
-    for (int slot = 0; slot < slots; ++slot)
-      set.push_back({bshd(base + slot * slot_bytes, dtype, slot_seq, shape.kv_heads),
-                     bshd(base + (slots + slot) * slot_bytes, dtype, slot_seq, shape.kv_heads)});
+    for (int slot = 0; slot < slots; ++slot) {
+      const int64_t length = slot_cut.slot_length(slot);
+      set.push_back({bshd(keys, dtype, length, shape.kv_heads), bshd(values, dtype, length, shape.kv_heads)});
+      keys += bshd_bytes(dtype, length, shape.kv_heads);
+      values += bshd_bytes(dtype, length, shape.kv_heads);
+    }
     return set;
   }
 
@@ -205,12 +214,9 @@ class RotationStrategy final : public StrategyBase {
   // Calls `visit(shard_offset, slot, slot_offset, length)` for every piece of this rank's slots.
   template <typename Visit>
   void for_each_own_piece(Visit&& visit) const {
-    for (int slot = 0; slot < slots; ++slot) {
-      int piece_index = 0;
-      for (const SlotPiece& piece : slot_pieces(sequence_layout, slots, rank, slot))
-        visit(shard_offset_of_piece(sequence_layout, slots, rank, slot, piece_index++), slot, piece.slot_offset,
-              piece.length);
-    }
+    for (int slot = 0; slot < slots; ++slot)
+      for (const SlotPiece& piece : slot_cut.slot_pieces(sequence_layout, rank, slot))
+        if (piece.length > 0) visit(piece.shard_offset, slot, piece.slot_offset, piece.length);
   }
 
   // Cuts this rank's keys and values into its slots.
@@ -263,7 +269,7 @@ class RotationStrategy final : public StrategyBase {
   }
 
   // Where each query chunk's blocks start and end in the order of the steps (see forward()), and
-  // the chunks that no block sees.
+  // the rows that no block sees: whole chunks, and the padding that ends a document's chunk.
   void find_first_and_last_blocks() {
     for (int step = 0; step < ranks; ++step)
       for (const RotationStepBlock& block : blocks_of_step[static_cast<std::size_t>(step)]) {
@@ -271,8 +277,12 @@ class RotationStrategy final : public StrategyBase {
         auto [found, inserted] = chunk_blocks.try_emplace(block.queries.local_offset, ChunkBlocks{position, position});
         if (!inserted) found->second.last = position;
       }
-    for (const SequenceChunk& queries : sequence_layout.chunks(rank))
-      if (chunk_blocks.count(queries.local_offset) == 0) chunks_without_blocks.push_back(queries);
+    for (const SequenceChunk& chunk : sequence_layout.chunks(rank)) {
+      const auto found = chunk_blocks.find(chunk.local_offset);
+      const int64_t seen = found == chunk_blocks.end() ? 0 : found->second.first.block->queries.length;
+      if (seen < chunk.length)
+        rows_without_blocks.push_back({chunk.position + seen, chunk.length - seen, chunk.local_offset + seen});
+    }
   }
 
   // The blocks of one forward step: each query chunk against every held piece it sees, merged
@@ -334,7 +344,8 @@ class RotationStrategy final : public StrategyBase {
   const int rank;
   const int ranks;
   const int slots;
-  const int64_t slot_seq;
+  const SlotCut slot_cut;
+  const std::optional<DocumentLayout> documents;
   std::vector<std::vector<RotationStepBlock>> blocks_of_step;  // this rank's blocks, per step
   struct BlockPosition {
     int step;
@@ -346,7 +357,7 @@ class RotationStrategy final : public StrategyBase {
     BlockPosition last;
   };
   std::map<int64_t, ChunkBlocks> chunk_blocks;  // by the query chunk's local offset
-  std::vector<SequenceChunk> chunks_without_blocks;
+  std::vector<SequenceChunk> rows_without_blocks;
 
   std::vector<DeviceBuffer> kv_buffers;
   SlotSet rotating_kv[2];
@@ -371,13 +382,23 @@ std::unique_ptr<Strategy> agree_and_make_rotation_strategy(Communicator& communi
                                                         const std::string& caller_error) {
   const int ranks = communicator.size();
   std::vector<CallField> signature = rotation_signature(kind, shape, options);
+  const bool packed = !options.document_lengths.empty();
   agree_on_call(communicator,
                 first_error({caller_error, shape_and_options_error(shape, options, communicator.device()),
-                             rotation_error(kind.algorithm, shape.seq, ranks, options.causal, kind.nodes)}),
+                             packed ? rotation_documents_error(kind.algorithm, shape.seq, ranks, options.causal,
+                                                               kind.nodes, options.document_lengths)
+                                    : rotation_error(kind.algorithm, shape.seq, ranks, options.causal, kind.nodes)}),
                 signature);
-  SequenceLayout layout(rotation_form(kind.algorithm, ranks, options.causal, kind.nodes).layout, shape.seq, ranks);
-  return std::make_unique<RotationStrategy>(communicator, kind, std::move(signature), std::move(layout), shape,
-                                            options);
+  if (!packed) {
+    SequenceLayout layout(rotation_form(kind.algorithm, ranks, options.causal, kind.nodes).layout, shape.seq, ranks);
+    return std::make_unique<RotationStrategy>(communicator, kind, std::move(signature), std::move(layout),
+                                              std::nullopt, shape, options);
+  }
+  DocumentLayout documents =
+      rotation_document_layout(kind.algorithm, ranks, options.causal, kind.nodes, options.document_lengths);
+  SequenceLayout layout = documents.sequence_layout();
+  return std::make_unique<RotationStrategy>(communicator, kind, std::move(signature), std::move(layout),
+                                            std::move(documents), shape, options);
 }
 
 }  // namespace

@@ -434,6 +434,7 @@ std::unique_ptr<Strategy> make_ulysses_strategy(Communicator& communicator, cons
   const std::vector<CallField> signature = call_signature(Algorithm::ulysses, shape, options);
   agree_on_call(communicator,
                 first_error({caller_error, shape_and_options_error(shape, options, communicator.device()),
+                             documents_unsupported(Algorithm::ulysses, options.document_lengths),
                              ulysses_error(shape, ranks)}),
                 signature);
   return make_agreed_ulysses_strategy(communicator, AcrossGroups{},

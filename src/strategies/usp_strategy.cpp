@@ -23,7 +23,8 @@ std::unique_ptr<Strategy> make_usp_strategy(Communicator& communicator, int inne
   const int groups = ranks_per_group >= 1 && ranks % ranks_per_group == 0 ? ranks / ranks_per_group : 1;
   // The scheme across the groups is checked here, on every rank, so that it never refuses
   // inside one group's communicator alone.
-  std::string error = first_error({caller_error, shape_and_options_error(shape, options, communicator.device())});
+  std::string error = first_error({caller_error, shape_and_options_error(shape, options, communicator.device()),
+                                   documents_unsupported(Algorithm::usp, options.document_lengths)});
   if (error.empty()) error = usp_error(shape, ranks, inner, across_algorithm, options.causal);
   // The degree and the scheme join the signature, so ranks given different ones refuse together.
   std::vector<CallField> signature = call_signature(Algorithm::usp, shape, options);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
 
 #include "core/dtype_conversion.hpp"
 #include "spattn/error.hpp"
@@ -63,6 +64,17 @@ ReferenceResult reference_attention(const TensorView& q, const TensorView& k, co
   const std::vector<double> value = to_double(v, "v");
   const std::vector<double> out_gradient = with_gradients ? to_double(dout, "dout") : std::vector<double>{};
   const AttentionMask mask = AttentionMask::from_options(options);
+  // The keys of query i's document: [document_begin[i], document_end[i]).
+  const std::string documents_error = packed_documents_error(options.document_lengths, sequence);
+  SPATTN_CHECK(documents_error.empty(), documents_error << " (q is " << q.describe() << ")");
+  std::vector<int64_t> document_begin(static_cast<std::size_t>(sequence), 0),
+      document_end(static_cast<std::size_t>(sequence), sequence);
+  int64_t begin = 0;
+  for (int64_t length : options.document_lengths) {
+    std::fill(document_begin.begin() + begin, document_begin.begin() + begin + length, begin);
+    std::fill(document_end.begin() + begin, document_end.begin() + begin + length, begin + length);
+    begin += length;
+  }
   const double scale = options.softmax_scale ? *options.softmax_scale : 1.0 / std::sqrt(static_cast<double>(head_dim));
   const int64_t group = heads / kv_heads;
 
@@ -86,8 +98,9 @@ ReferenceResult reference_attention(const TensorView& q, const TensorView& k, co
       std::vector<double> probabilities(static_cast<std::size_t>(sequence));
       for (int64_t h = kv_head * group; h < (kv_head + 1) * group; ++h)
         for (int64_t i = 0; i < sequence; ++i) {
-          const int64_t first = std::max<int64_t>(mask.first_visible_key(i), 0);
-          const int64_t last = std::min<int64_t>(mask.last_visible_key(i), sequence - 1);
+          const auto row = static_cast<std::size_t>(i);
+          const int64_t first = std::max<int64_t>(mask.first_visible_key(i), document_begin[row]);
+          const int64_t last = std::min<int64_t>(mask.last_visible_key(i), document_end[row] - 1);
           if (first > last) continue;  // sees no key: out = 0, lse = -inf, no gradient
           const double* q_i = &query[static_cast<std::size_t>(q_row(b, i, h))];
           // s_j = scale * q_i . k_j

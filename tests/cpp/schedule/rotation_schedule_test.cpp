@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "schedule/rotation_schedule.hpp"
@@ -43,20 +44,61 @@ int64_t block_area(const RotationStepBlock& block) {
   return area;
 }
 
+// The blocks of rotation_step_blocks with the layout's own cut into the schedule's slots.
+std::vector<RotationStepBlock> step_blocks(const SequenceLayout& layout, const CycleSchedule& schedule,
+                                           const AttentionMask& mask, int rank, int step,
+                                           const DocumentLayout* documents = nullptr) {
+  return rotation_step_blocks(layout, SlotCut(layout, schedule.slots()), schedule, mask, documents, rank, step);
+}
+
 TEST(RotationSchedule, SlotPiecesTileTheShard) {
   const SequenceLayout layout(LayoutKind::zigzag, 2 * 3 * 4 * 5, 3);  // 3 ranks, 4 slots, pieces of 5
+  const SlotCut cut(layout, 4);
   for (int rank = 0; rank < 3; ++rank) {
     std::vector<int> covered(static_cast<std::size_t>(layout.local_length()), 0);
     for (int slot = 0; slot < 4; ++slot) {
-      const std::vector<SlotPiece> pieces = slot_pieces(layout, 4, rank, slot);
+      EXPECT_EQ(cut.slot_length(slot), 10);
+      const std::vector<SlotPiece> pieces = cut.slot_pieces(layout, rank, slot);
       ASSERT_EQ(pieces.size(), 2u);
       EXPECT_EQ(pieces[1].slot_offset, 5);
       for (int piece = 0; piece < 2; ++piece) {
-        const int64_t offset = shard_offset_of_piece(layout, 4, rank, slot, piece);
+        const SlotPiece& cut_piece = pieces[static_cast<std::size_t>(piece)];
         const SequenceChunk chunk = layout.chunks(rank)[static_cast<std::size_t>(piece)];
-        EXPECT_EQ(pieces[static_cast<std::size_t>(piece)].position, chunk.position + offset - chunk.local_offset);
-        for (int64_t i = 0; i < 5; ++i) ++covered[static_cast<std::size_t>(offset + i)];
+        // Equal pieces in slot order, as before documents made chunks of any length.
+        EXPECT_EQ(cut_piece.shard_offset, chunk.local_offset + 5 * slot);
+        EXPECT_EQ(cut_piece.position, chunk.position + cut_piece.shard_offset - chunk.local_offset);
+        for (int64_t i = 0; i < 5; ++i) ++covered[static_cast<std::size_t>(cut_piece.shard_offset + i)];
       }
+    }
+    for (int count : covered) EXPECT_EQ(count, 1);
+  }
+}
+
+// Chunks of lengths that do not divide by the slots (documents): every shard is tiled once, the
+// slots are within a token of each other and the same on every rank.
+TEST(RotationSchedule, UnevenChunksCutIntoSlotsWithinATokenOfEachOther) {
+  const int ranks = 3, slots = 4;
+  const DocumentLayout documents(LayoutKind::zigzag, {1, 7, 13, 2, 30}, ranks);
+  const SequenceLayout& layout = documents.sequence_layout();
+  const SlotCut cut(layout, slots);
+  int64_t shortest = layout.local_length(), longest = 0, total = 0;
+  for (int slot = 0; slot < slots; ++slot) {
+    shortest = std::min(shortest, cut.slot_length(slot));
+    longest = std::max(longest, cut.slot_length(slot));
+    total += cut.slot_length(slot);
+  }
+  EXPECT_LE(longest - shortest, 1);
+  EXPECT_EQ(total, layout.local_length());
+  for (int rank = 0; rank < ranks; ++rank) {
+    std::vector<int> covered(static_cast<std::size_t>(layout.local_length()), 0);
+    for (int slot = 0; slot < slots; ++slot) {
+      int64_t slot_tokens = 0;
+      for (const SlotPiece& piece : cut.slot_pieces(layout, rank, slot)) {
+        EXPECT_EQ(piece.slot_offset, slot_tokens);
+        slot_tokens += piece.length;
+        for (int64_t i = 0; i < piece.length; ++i) ++covered[static_cast<std::size_t>(piece.shard_offset + i)];
+      }
+      EXPECT_EQ(slot_tokens, cut.slot_length(slot)) << "rank " << rank << " slot " << slot;
     }
     for (int count : covered) EXPECT_EQ(count, 1);
   }
@@ -83,7 +125,7 @@ TEST(RotationSchedule, CoversEveryVisiblePairOnce) {
         std::vector<int> covered(static_cast<std::size_t>(length * length), 0);
         for (int rank = 0; rank < set.ranks; ++rank)
           for (int step = 0; step < set.ranks; ++step)
-            for (const RotationStepBlock& block : rotation_step_blocks(layout, schedule, mask, rank, step))
+            for (const RotationStepBlock& block : step_blocks(layout, schedule, mask, rank, step))
               for (const SlotPiece& piece : block.keys) {
                 EXPECT_TRUE(mask.any_visible(block.queries.position, block.queries.position + block.queries.length,
                                              piece.position, piece.position + piece.length));
@@ -115,20 +157,24 @@ TEST(RotationSchedule, VisiblePairsCountTheListedBlocks) {
       for (int rank = 0; rank < set.ranks; ++rank)
         for (int step = 0; step < set.ranks; ++step)
           ASSERT_EQ(schedule.arrival_step(slot, schedule.source(slot, rank, step), rank), step) << set.name;
-    for (LayoutKind kind : {LayoutKind::contiguous, LayoutKind::zigzag})
+    // Both layouts, and documents' chunks that do not cut evenly into the slots.
+    const int64_t length = 2 * set.ranks * schedule.slots() * 3;
+    const SequenceLayout layouts[] = {SequenceLayout(LayoutKind::contiguous, length, set.ranks),
+                                      SequenceLayout(LayoutKind::zigzag, length, set.ranks),
+                                      DocumentLayout(LayoutKind::zigzag, {3, 11, 1}, set.ranks).sequence_layout()};
+    for (const SequenceLayout& layout : layouts)
       for (const AttentionMask& mask : masks) {
-        const SequenceLayout layout(kind, 2 * set.ranks * schedule.slots() * 3, set.ranks);
         const std::vector<std::vector<int64_t>> pairs = rotation_visible_pairs(layout, schedule, mask);
         for (int rank = 0; rank < set.ranks; ++rank)
           for (int step = 0; step < set.ranks; ++step) {
             int64_t listed = 0;
-            for (const RotationStepBlock& block : rotation_step_blocks(layout, schedule, mask, rank, step))
+            for (const RotationStepBlock& block : step_blocks(layout, schedule, mask, rank, step))
               for (const SlotPiece& piece : block.keys)
                 for (int64_t i = 0; i < block.queries.length; ++i)
                   for (int64_t j = 0; j < piece.length; ++j)
                     listed += mask.visible(block.queries.position + i, piece.position + j);
             ASSERT_EQ(pairs[static_cast<std::size_t>(step)][static_cast<std::size_t>(rank)], listed)
-                << set.name << " " << layout_name(kind) << " mask " << mask.left << "," << mask.right << " rank "
+                << set.name << " " << layout.name() << " mask " << mask.left << "," << mask.right << " rank "
                 << rank << " step " << step;
           }
       }
@@ -148,7 +194,7 @@ TEST(RotationSchedule, ZigzagCausalGivesEqualWorkPerRankPerStep) {
       int64_t first_rank_area = -1;
       for (int rank = 0; rank < set.ranks; ++rank) {
         int64_t area = 0;
-        for (const RotationStepBlock& block : rotation_step_blocks(layout, schedule, causal_mask(), rank, step)) {
+        for (const RotationStepBlock& block : step_blocks(layout, schedule, causal_mask(), rank, step)) {
           area += block_area(block);
           if (step == 0) continue;
           for (const SlotPiece& key : block.keys)
@@ -166,6 +212,45 @@ TEST(RotationSchedule, ZigzagCausalGivesEqualWorkPerRankPerStep) {
   }
 }
 
+// Packed documents (lengths of 1, lengths that do not split, one longer than the rest together):
+// every visible pair of a document's real tokens is covered exactly once, and no block pairs
+// tokens of two documents or takes padding.
+TEST(RotationSchedule, DocumentsCoverEveryVisiblePairOfADocumentOnce) {
+  const AttentionMask masks[] = {AttentionMask{-1, -1}, causal_mask(), AttentionMask{3, 1}};
+  const std::vector<int64_t> lengths{1, 9, 2, 40, 5};
+  for (const NamedCycles& set : every_cycle_set()) {
+    const CycleSchedule schedule(set.cycles, set.ranks);
+    for (LayoutKind kind : {LayoutKind::contiguous, LayoutKind::zigzag})
+      for (const AttentionMask& mask : masks) {
+        const DocumentLayout documents(kind, lengths, set.ranks);
+        const SequenceLayout& layout = documents.sequence_layout();
+        const int64_t length = layout.global_length();
+        std::vector<int> covered(static_cast<std::size_t>(length * length), 0);
+        for (int rank = 0; rank < set.ranks; ++rank)
+          for (int step = 0; step < set.ranks; ++step)
+            for (const RotationStepBlock& block : step_blocks(layout, schedule, mask, rank, step, &documents))
+              for (const SlotPiece& piece : block.keys)
+                for (int64_t i = 0; i < block.queries.length; ++i)
+                  for (int64_t j = 0; j < piece.length; ++j)
+                    ++covered[static_cast<std::size_t>((block.queries.position + i) * length + piece.position + j)];
+        for (int64_t query = 0; query < length; ++query)
+          for (int64_t key = 0; key < length; ++key) {
+            const int document = documents.document_at(query);
+            const bool real = documents.real_tokens(query, 1) == 1 && documents.real_tokens(key, 1) == 1;
+            const bool same_document = real && documents.document_at(key) == document;
+            // The kernels apply the mask inside a block: a masked pair of one document may be listed.
+            const int count = covered[static_cast<std::size_t>(query * length + key)];
+            if (same_document && mask.visible(query, key))
+              ASSERT_EQ(count, 1) << set.name << " " << layout_name(kind) << " mask " << mask.left << ","
+                                  << mask.right << " pair " << query << "," << key;
+            else
+              ASSERT_LE(count, same_document ? 1 : 0) << set.name << " " << layout_name(kind) << " pair " << query
+                                                      << "," << key;
+          }
+      }
+  }
+}
+
 // Plain ring under a causal mask skips the sources after the rank entirely (the imbalance that
 // zigzag removes).
 TEST(RotationSchedule, ContiguousCausalRingSkipsLaterSources) {
@@ -174,7 +259,7 @@ TEST(RotationSchedule, ContiguousCausalRingSkipsLaterSources) {
   for (int rank = 0; rank < 4; ++rank)
     for (int step = 0; step < 4; ++step) {
       const bool later_source = ring.source(0, rank, step) > rank;
-      EXPECT_EQ(rotation_step_blocks(layout, ring, causal_mask(), rank, step).empty(), later_source);
+      EXPECT_EQ(step_blocks(layout, ring, causal_mask(), rank, step).empty(), later_source);
     }
 }
 

@@ -1,0 +1,169 @@
+// Packed documents (AttentionOptions::document_lengths) at the rank count of this run: every
+// rotation, forward and backward, against the per-document fp64 reference with the 2x criterion
+// (out, lse, dq, dk, dv of the real tokens, gathered through shard_documents / unshard_documents);
+// padding rows of a plan's own shards hold out 0, lse -inf and no gradient; strategies and shapes
+// that do not take the documents refuse them on every rank before any transfer.
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "distributed_checks.hpp"
+#include "distributed_world.hpp"
+#include "host_tensor.hpp"
+#include "spattn/distributed_attention.hpp"
+#include "spattn/document_layout.hpp"
+#include "strategy_runner.hpp"
+
+namespace spattn {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct DocumentSet {
+  const char* name;
+  std::vector<int64_t> lengths;
+};
+
+const DocumentSet kDocumentSets[] = {
+    // A single token, and lengths that split over no rank count but one.
+    {"mixed", {1, 37, 6, 19}},
+    // One document longer than all the others together.
+    {"one_long", {3, 90, 5, 2}},
+    // Many tiny documents: most ranks hold mostly padding.
+    {"many_tiny", {1, 2, 1, 3, 1, 1, 2, 1, 1, 4, 1, 2}},
+    // One token in all: every rank but one holds only padding.
+    {"single_token", {1}},
+};
+
+int64_t total_tokens(const std::vector<int64_t>& lengths) {
+  return std::accumulate(lengths.begin(), lengths.end(), int64_t{0});
+}
+
+using DocumentCase = std::tuple<Algorithm, int /*mask index*/, int /*document set*/>;
+
+class PackedDocumentAccuracy : public ::testing::TestWithParam<DocumentCase> {};
+
+TEST_P(PackedDocumentAccuracy, MatchesPerDocumentReferenceForwardAndBackward) {
+  const auto [algorithm, mask_index, set_index] = GetParam();
+  const AlgorithmSetup setup = algorithm_setup(algorithm, world().size());
+  if (!setup.not_applicable.empty()) GTEST_SKIP() << setup.not_applicable;
+  AttentionOptions options = kMasks[mask_index].options;
+  options.document_lengths = kDocumentSets[set_index].lengths;
+  const AttentionShape shape{1, total_tokens(options.document_lengths), 4, 2, 32, DType::bf16};
+  const uint64_t seed = 5000 + static_cast<uint64_t>(mask_index) * 10 + static_cast<uint64_t>(set_index);
+  expect_accurate(algorithm, random_problem(shape, options, seed, /*backward=*/true), setup.options);
+}
+
+std::string case_name(const ::testing::TestParamInfo<DocumentCase>& info) {
+  const auto [algorithm, mask_index, set_index] = info.param;
+  return algorithm_name(algorithm) + "_" + kMasks[mask_index].name + "_" + kDocumentSets[set_index].name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Rotations, PackedDocumentAccuracy,
+                         ::testing::Combine(::testing::Values(Algorithm::ring, Algorithm::zigzag, Algorithm::hamilton,
+                                                              Algorithm::hamilton2),
+                                            ::testing::Range(0, 4), ::testing::Range(0, 4)),
+                         case_name);
+
+// fp32 at one mask: the criterion's bound is tight there (no input rounding hides a mistake).
+TEST(PackedDocuments, Fp32ZigzagCausalMatchesReference) {
+  AttentionOptions options{true, -1, -1, std::nullopt};
+  options.document_lengths = {5, 1, 33, 8};
+  const AttentionShape shape{1, total_tokens(options.document_lengths), 2, 1, 16, DType::f32};
+  expect_accurate(Algorithm::zigzag, random_problem(shape, options, 77, /*backward=*/true));
+}
+
+// The plan's own shards: the rows of padding get out 0 and lse -inf, and dq, dk, dv 0 there,
+// whatever the caller put in them (here NaN-poisoned outputs and random padding inputs).
+TEST(PackedDocuments, PaddingRowsGetZeroOutMinusInfinityLseAndNoGradient) {
+  const int ranks = world().size(), rank = world().rank();
+  AttentionOptions options{true, -1, -1, std::nullopt};
+  options.document_lengths = {3, 2 * ranks + 1};
+  const DocumentLayout documents = plan_document_layout(Algorithm::zigzag, ranks, options);
+  const int64_t local = documents.sequence_layout().local_length();
+  const AttentionShape shape{1, documents.sequence_layout().global_length(), 2, 1, 16, DType::f32};
+  DistributedAttention plan(world(), Algorithm::zigzag, shape, options);
+  HostTensor q(DType::f32, {1, local, 2, 16}), k(DType::f32, {1, local, 1, 16}), v(DType::f32, {1, local, 1, 16}),
+      dout(DType::f32, {1, local, 2, 16});
+  q.fill_normal(11 + static_cast<uint64_t>(rank));
+  k.fill_normal(21 + static_cast<uint64_t>(rank));
+  v.fill_normal(31 + static_cast<uint64_t>(rank));
+  dout.fill_normal(41 + static_cast<uint64_t>(rank));
+  HostTensor out(DType::f32, {1, local, 2, 16}), lse(DType::f32, {1, 2, local}), dq(DType::f32, {1, local, 2, 16}),
+      dk(DType::f32, {1, local, 1, 16}), dv(DType::f32, {1, local, 1, 16});
+  for (HostTensor* output : {&out, &lse, &dq, &dk, &dv}) output->poison();
+  plan.forward(q.view(), k.view(), v.view(), out.view(), lse.view());
+  plan.backward(q.view(), k.view(), v.view(), out.view(), lse.view(), dout.view(), dq.view(), dk.view(), dv.view());
+  for (const SequenceChunk& chunk : documents.sequence_layout().chunks(rank)) {
+    const int64_t real = documents.real_tokens(chunk.position, chunk.length);
+    for (int64_t row = chunk.local_offset; row < chunk.local_offset + chunk.length; ++row) {
+      const bool padding = row >= chunk.local_offset + real;
+      for (int64_t h = 0; h < 2; ++h) {
+        const double row_lse = lse.at(h * local + row);
+        if (padding) EXPECT_EQ(row_lse, -std::numeric_limits<double>::infinity()) << "rank " << rank << " row " << row;
+        else EXPECT_TRUE(std::isfinite(row_lse)) << "rank " << rank << " row " << row;
+        for (int64_t d = 0; d < 16; ++d) {
+          const int64_t element = (row * 2 + h) * 16 + d;
+          ASSERT_TRUE(std::isfinite(out.at(element)) && std::isfinite(dq.at(element))) << "row " << row;
+          if (padding) {
+            EXPECT_EQ(out.at(element), 0.0);
+            EXPECT_EQ(dq.at(element), 0.0);
+          }
+        }
+      }
+      for (int64_t d = 0; d < 16; ++d) {
+        ASSERT_TRUE(std::isfinite(dk.at(row * 16 + d)) && std::isfinite(dv.at(row * 16 + d))) << "row " << row;
+        if (padding) {
+          EXPECT_EQ(dk.at(row * 16 + d), 0.0);
+          EXPECT_EQ(dv.at(row * 16 + d), 0.0);
+        }
+      }
+    }
+  }
+}
+
+// Refusals, the same on every rank and before any transfer.
+TEST(PackedDocuments, StrategiesWithoutDocumentsRefuseThemOnEveryRank) {
+  AttentionOptions options;
+  options.document_lengths = {4, 4};
+  const AttentionShape shape{1, 8 * world().size(), world().size(), world().size(), 16, DType::f32};
+  for (Algorithm algorithm : {Algorithm::ulysses, Algorithm::allgather, Algorithm::usp}) {
+    const std::string error = error_of([&] { DistributedAttention plan(world(), algorithm, shape, options); });
+    EXPECT_THAT(error, HasSubstr("packed documents (document_lengths) are taken by ring, zigzag, hamilton and "
+                                 "hamilton2 so far, not by '" + algorithm_name(algorithm) + "'"));
+    EXPECT_THAT(error_of([&] { plan_document_layout(algorithm, world().size(), options); }),
+                HasSubstr("not by '" + algorithm_name(algorithm) + "'"));
+  }
+}
+
+TEST(PackedDocuments, SeqOtherThanThePaddedLengthIsRefusedNamingIt) {
+  const int ranks = world().size();
+  AttentionOptions options{true, -1, -1, std::nullopt};
+  options.document_lengths = {3, 5};
+  const int64_t padded = plan_document_layout(Algorithm::zigzag, ranks, options).sequence_layout().global_length();
+  const AttentionShape shape{1, 8, 2, 1, 16, DType::f32};
+  if (padded == 8) GTEST_SKIP() << "the documents need no padding at " << ranks << " ranks";
+  EXPECT_THAT(error_of([&] { DistributedAttention plan(world(), Algorithm::zigzag, shape, options); }),
+              HasSubstr("seq 8 does not match the packed documents: zigzag per document over " + std::to_string(ranks) +
+                        " rank"));
+  EXPECT_THAT(error_of([&] { DistributedAttention plan(world(), Algorithm::zigzag, shape, options); }),
+              HasSubstr("seq must be their padded length " + std::to_string(padded)));
+}
+
+TEST(PackedDocuments, ADocumentOfNoTokensIsRefusedNamingIt) {
+  AttentionOptions options;
+  options.document_lengths = {4, 0, 4};
+  const AttentionShape shape{1, 8 * world().size(), 2, 1, 16, DType::f32};
+  EXPECT_THAT(error_of([&] { DistributedAttention plan(world(), Algorithm::ring, shape, options); }),
+              HasSubstr("document 1 has length 0; every document needs at least 1 token"));
+}
+
+}  // namespace
+}  // namespace spattn
