@@ -79,6 +79,36 @@ void parse_window(Options& options, const std::string& text) {
   options.window_right = *right;
 }
 
+// --doc-lens L1,L2,...: document lengths, each an integer >= 1 (document_lengths_error).
+void parse_document_lengths(RunOptions& options, const std::string& text) {
+  const char* allowed = "document lengths L1,L2,... with each an integer >= 1, e.g. 4096,1024,3072";
+  std::vector<int64_t> lengths;
+  std::size_t begin = 0;
+  while (begin <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', begin), text.size());
+    const std::optional<int64_t> length = parse_whole_integer<int64_t>(text.substr(begin, comma - begin));
+    if (!length) fail_value("--doc-lens", allowed, text);
+    lengths.push_back(*length);
+    begin = comma + 1;
+  }
+  const std::string reason = document_lengths_error(lengths);
+  if (!reason.empty()) throw UsageError("--doc-lens " + text + ": " + reason);
+  options.document_lengths = std::move(lengths);
+}
+
+// --doc-lens and --seq: the documents fill the sequence; without --seq, they give it.
+void match_documents_and_seq(RunOptions& options, const std::vector<std::string>& arguments) {
+  if (options.document_lengths.empty()) return;
+  int64_t tokens = 0;
+  for (int64_t length : options.document_lengths) tokens += length;
+  const bool seq_given = std::any_of(arguments.begin(), arguments.end(),
+                                     [](const std::string& argument) { return argument.rfind("--seq", 0) == 0; });
+  if (seq_given && options.seq != tokens)
+    throw UsageError("--doc-lens sums to " + std::to_string(tokens) + " tokens but --seq is " +
+                     std::to_string(options.seq) + "; the documents fill the sequence (leave --seq out to take their sum)");
+  options.seq = tokens;
+}
+
 template <typename Real>
 Real parse_positive_real(const std::string& option, const std::string& text) {
   Real value = 0;
@@ -225,7 +255,12 @@ const OptionTable<RunOptions>& run_option_table() {
       mask_options<RunOptions>(),
       shape_options<RunOptions>("global sequence length, split over the ranks (default " +
                                 std::to_string(defaults.seq) + ")"),
-      {{"--scale", "X", "softmax scale, finite and > 0 (default 1/sqrt(D))",
+      {{"--doc-lens", "L1,L2,...",
+        "packed documents, their lengths summing to --seq (which they give when it is left out): a query sees only "
+        "its own document; each document is split over the ranks (padded where it does not split); ring, zigzag, "
+        "hamilton, hamilton2 (default: one document)",
+        [](RunOptions& options, const std::string& value) { parse_document_lengths(options, value); }},
+       {"--scale", "X", "softmax scale, finite and > 0 (default 1/sqrt(D))",
        [](RunOptions& options, const std::string& value) {
          options.scale = parse_positive_real<float>("--scale", value);
        }},
@@ -443,6 +478,7 @@ CliCommand parse_command_line(int argc, const char* const* argv) {
   if (name == "run") {
     command.kind = CliCommand::Kind::run;
     command.run = parse_options(run_option_table(), name, options);
+    match_documents_and_seq(command.run, options);
     choose_device_dtype(command.run, options);
     check_kernel_for_device(command.run);
   } else if (name == "plan") {

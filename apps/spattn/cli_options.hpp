@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "spattn/attention_options.hpp"
 #include "spattn/dtype.hpp"
@@ -41,6 +42,7 @@ struct RunOptions {
   DType dtype = DType::f32;
   int64_t window_left = -1;  // -1: unbounded, as in AttentionOptions
   int64_t window_right = -1;
+  std::vector<int64_t> document_lengths;  // --doc-lens: packed documents summing to seq; empty: one
   std::optional<float> scale;  // softmax scale; 1/sqrt(head_dim) when unset
   bool backward = false;
   bool check = false;  // compare against the fp64 reference and a single-rank run

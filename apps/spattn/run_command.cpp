@@ -15,6 +15,7 @@
 #include "spattn/cost_model.hpp"
 #include "spattn/build_info.hpp"
 #include "spattn/device_communicator.hpp"
+#include "spattn/document_layout.hpp"
 #include "spattn/mpi_communicator.hpp"
 #include "spattn/reference_attention.hpp"
 #include "strategy_runner.hpp"
@@ -63,6 +64,8 @@ AttentionProblem problem_from_directory(RunOptions& options, const AttentionOpti
   options.heads = q.shape[2];
   options.kv_heads = k.shape[2];
   options.head_dim = q.shape[3];
+  const std::string documents_error = packed_documents_error(options.document_lengths, options.seq);
+  SPATTN_CHECK(documents_error.empty(), "--doc-lens with q.npy " << format_shape(q.shape) << ": " << documents_error);
   AttentionProblem problem{AttentionShape{options.batch, options.seq, options.heads, options.kv_heads, options.head_dim,
                                           options.dtype},
                            attention, tensor_from(q, options.dtype), tensor_from(k, options.dtype),
@@ -82,6 +85,7 @@ AttentionOptions attention_options(const RunOptions& options) {
   attention.window_right = options.window_right;
   attention.softmax_scale = options.scale;
   attention.kernel = options.kernel;
+  attention.document_lengths = options.document_lengths;
   return attention;
 }
 
@@ -138,8 +142,18 @@ std::string select_strategy(RunOptions& options, const AttentionProblem& problem
   if (!options.network.empty()) kind.across_nodes = network_preset(options.network);
   const Cluster cluster = sized_cluster(kind, ranks, nodes, nodes > 0 ? ranks / nodes : 0);
   strategy_options.nodes = cluster.nodes;
-  const std::vector<StrategyCost> costs =
-      compare_strategies(cluster, problem.shape, ranks, problem.options, strategy_options);
+  // With documents the model prices one sequence of their padded length (zigzag per document's,
+  // which splits over the ranks in either layout), among the strategies that take documents.
+  AttentionShape priced_shape = problem.shape;
+  if (!problem.options.document_lengths.empty())
+    priced_shape.seq =
+        DocumentLayout(LayoutKind::zigzag, problem.options.document_lengths, ranks).sequence_layout().global_length();
+  std::vector<StrategyCost> costs = compare_strategies(cluster, priced_shape, ranks, problem.options, strategy_options);
+  costs.erase(std::remove_if(costs.begin(), costs.end(),
+                             [&](const StrategyCost& cost) {
+                               return !documents_unsupported(cost.algorithm, problem.options.document_lengths).empty();
+                             }),
+              costs.end());
   const StrategyCost& chosen = fastest_strategy(costs, options.backward);
   options.algorithm = algorithm_name(chosen.algorithm);
   std::ostringstream why;
@@ -195,6 +209,11 @@ int run_command(const RunOptions& given) {
   report.transport = transport_name(placement.transport);
   report.ranks_per_device = placement.ranks_per_device;
   report.selection = selection;
+  if (!problem.options.document_lengths.empty()) {
+    const DocumentLayout documents = plan_document_layout(algorithm, world.size(), problem.options, strategy_options);
+    report.documents = documents.describe();
+    report.padding = documents.padding();
+  }
   const double flop = forward_flop(options);
   report.forward.profile = slowest_rank(world, run.forward);
   report.forward.tflops = flop / (report.forward.profile.total_ms * 1e-3) * 1e-12;

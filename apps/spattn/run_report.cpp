@@ -8,17 +8,24 @@
 namespace spattn::app {
 
 double forward_flop(const RunOptions& options) {
-  const double S = static_cast<double>(options.seq);
   const double per_pair = 4.0 * static_cast<double>(options.batch * options.heads * options.head_dim);
   const bool windowed = options.window_left >= 0 || (options.window_right >= 0 && !options.causal);
-  if (!windowed) return per_pair * S * S * (options.causal ? 0.5 : 1.0);
   const int64_t right = options.causal ? std::min<int64_t>(options.window_right < 0 ? 0 : options.window_right, 0)
                                        : options.window_right;
+  const std::vector<int64_t> documents =
+      options.document_lengths.empty() ? std::vector<int64_t>{options.seq} : options.document_lengths;
   double pairs = 0;
-  for (int64_t query = 0; query < options.seq; ++query) {
-    const int64_t first = options.window_left < 0 ? 0 : std::max<int64_t>(0, query - options.window_left);
-    const int64_t last = right < 0 ? options.seq - 1 : std::min<int64_t>(options.seq - 1, query + right);
-    pairs += static_cast<double>(std::max<int64_t>(0, last - first + 1));
+  for (int64_t length : documents) {
+    const double S = static_cast<double>(length);
+    if (!windowed) {
+      pairs += S * S * (options.causal ? 0.5 : 1.0);
+      continue;
+    }
+    for (int64_t query = 0; query < length; ++query) {
+      const int64_t first = options.window_left < 0 ? 0 : std::max<int64_t>(0, query - options.window_left);
+      const int64_t last = right < 0 ? length - 1 : std::min<int64_t>(length - 1, query + right);
+      pairs += static_cast<double>(std::max<int64_t>(0, last - first + 1));
+    }
   }
   return per_pair * pairs;
 }
@@ -94,7 +101,9 @@ std::string format_table(const RunReport& report) {
   text
        << "  shape B=" << o.batch << " S=" << o.seq << " H=" << o.heads << " HK=" << o.kv_heads << " D=" << o.head_dim
        << "  " << dtype_name(o.dtype) << "  causal=" << (o.causal ? "yes" : "no") << "  window=" << window_text(o)
-       << "  S/rank=" << o.seq / report.ranks << "\n"
+       << "  S/rank=" << (o.seq + report.padding) / report.ranks << "\n";
+  if (!report.documents.empty()) text << "  documents: " << report.documents << "\n";
+  text
        << "  " << (o.inputs_dir.empty() ? "random inputs, seed " + std::to_string(o.seed) : "inputs from " + o.inputs_dir)
        << ", mean of " << o.iters << " timed iteration" << (o.iters == 1 ? "" : "s") << " after " << o.warmup
        << " warm-up; times are the slowest rank's, bytes this rank's\n\n";
@@ -118,6 +127,16 @@ std::string format_table(const RunReport& report) {
   return text.str();
 }
 
+// {"lengths": [...], "padding": P}, or null without --doc-lens.
+std::string documents_json(const std::vector<int64_t>& lengths, int64_t padding) {
+  if (lengths.empty()) return "null";
+  std::ostringstream json;
+  json << "{\"lengths\": [";
+  for (std::size_t document = 0; document < lengths.size(); ++document) json << (document ? ", " : "") << lengths[document];
+  json << "], \"padding\": " << padding << "}";
+  return json.str();
+}
+
 std::string format_json(const RunReport& report) {
   const RunOptions& o = report.options;
   std::ostringstream json;
@@ -136,6 +155,7 @@ std::string format_json(const RunReport& report) {
        << ", \"kv_heads\": " << o.kv_heads << ", \"head_dim\": " << o.head_dim << "}"
        << ", \"dtype\": \"" << dtype_name(o.dtype) << "\", \"causal\": " << (o.causal ? "true" : "false")
        << ", \"window\": [" << o.window_left << ", " << o.window_right << "]"
+       << ", \"documents\": " << documents_json(o.document_lengths, report.padding)
        << ", \"selection\": " << (report.selection.empty() ? "null" : "\"" + report.selection + "\"")
        << ", \"backward\": " << (report.backward ? "true" : "false") << ", \"iters\": " << o.iters
        << ", \"seed\": " << o.seed << ", \"time_ms\": {\"forward\": ";

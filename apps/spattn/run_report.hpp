@@ -26,13 +26,18 @@ struct RunReport {
   std::string transport = "mpi";
   int ranks_per_device = 1;
   std::string selection;  // --algo auto: why this strategy; "" otherwise
+  // With --doc-lens: how the documents lie over the ranks (DocumentLayout::describe) and their
+  // padding tokens in all; "" and 0 otherwise.
+  std::string documents;
+  int64_t padding = 0;
   PassTiming forward;
   std::optional<PassTiming> backward;
   std::optional<std::vector<OutputError>> errors;  // with --check
 };
 
 /// Forward FLOP by the flash-attention convention: 4 * B * H * S^2 * D, half of it for a plain
-/// causal mask; with a sliding window, 4 * B * H * D per visible (query, key) pair.
+/// causal mask; with a sliding window, 4 * B * H * D per visible (query, key) pair. With packed
+/// documents the sum of that over the documents (S their lengths; padding is no work).
 /// Backward is 2.5x forward.
 double forward_flop(const RunOptions& options);
 

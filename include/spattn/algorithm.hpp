@@ -2,6 +2,7 @@
 /// \file algorithm.hpp
 /// Which strategy a plan runs, and the degrees that only some strategies read.
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,12 @@ const std::vector<Algorithm>& all_algorithms();
 std::string algorithm_name(Algorithm algorithm);
 /// Throws Error naming the allowed names.
 Algorithm parse_algorithm(const std::string& name);
+
+/// "" when `algorithm` takes the packed documents of `document_lengths`
+/// (AttentionOptions::document_lengths; none: every algorithm), else why: the rotations (ring,
+/// zigzag, hamilton, hamilton2) take them so far. Plans refuse what it refuses, on every rank
+/// before any transfer.
+std::string documents_unsupported(Algorithm algorithm, const std::vector<int64_t>& document_lengths);
 
 /// Parameters only some strategies read.
 struct StrategyOptions {

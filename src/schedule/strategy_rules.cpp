@@ -49,12 +49,6 @@ std::string rotation_error(Algorithm algorithm, int64_t seq, int ranks, bool cau
   return slot_split_error(form.layout, seq, ranks, form.slots);
 }
 
-std::string documents_unsupported(Algorithm algorithm, const std::vector<int64_t>& document_lengths) {
-  if (document_lengths.empty() || is_single_level_rotation(algorithm) || algorithm == Algorithm::hamilton2) return "";
-  return "packed documents (document_lengths) are taken by ring, zigzag, hamilton and hamilton2 so far, not by '" +
-         algorithm_name(algorithm) + "'";
-}
-
 DocumentLayout rotation_document_layout(Algorithm algorithm, int ranks, bool causal, int nodes,
                                         const std::vector<int64_t>& document_lengths) {
   const std::string unsupported = documents_unsupported(algorithm, document_lengths);

@@ -42,10 +42,6 @@ RankCycles rotation_cycles(Algorithm algorithm, int ranks, int nodes);
 /// that its layout does not cut into its slots.
 std::string rotation_error(Algorithm algorithm, int64_t seq, int ranks, bool causal, int nodes);
 
-/// "" when `algorithm` takes the packed documents of `document_lengths` (none: always), else
-/// why: the rotations (ring, zigzag, hamilton, hamilton2) take them so far.
-std::string documents_unsupported(Algorithm algorithm, const std::vector<int64_t>& document_lengths);
-
 /// The packed documents of `document_lengths` as the rotation `algorithm` holds them at `ranks`
 /// ranks: each document split over the ranks in the rotation's layout (rotation_form), padded
 /// where it does not split. Throws Error for bad lengths or a strategy that takes no documents.

@@ -41,8 +41,10 @@ def round_half(x):
     return struct.unpack("<e", struct.pack("<e", x))[0]
 
 
-def reference(q, k, v, B, S, H, HK, D, causal):
-    """out (B, S, H, D) and lse (B, H, S) in fp64, the textbook way."""
+def reference(q, k, v, B, S, H, HK, D, causal, documents=None):
+    """out (B, S, H, D) and lse (B, H, S) in fp64, the textbook way; with `documents` (lengths
+    packed one after another) a query sees only its own document."""
+    document_of = [index for index, length in enumerate(documents or [S]) for _ in range(length)]
     out = [0.0] * (B * S * H * D)
     lse = [0.0] * (B * H * S)
     scale = 1 / math.sqrt(D)
@@ -50,7 +52,7 @@ def reference(q, k, v, B, S, H, HK, D, causal):
         for h in range(H):
             g = h // (H // HK)
             for i in range(S):
-                keys = [j for j in range(S) if not causal or j <= i]
+                keys = [j for j in range(S) if (not causal or j <= i) and document_of[j] == document_of[i]]
                 scores = [scale * sum(q[((b * S + i) * H + h) * D + d] * k[((b * S + j) * HK + g) * D + d]
                                       for d in range(D)) for j in keys]
                 top = max(scores)
@@ -109,6 +111,29 @@ class NpyInputsAndOutputs(unittest.TestCase):
             values, found = read_npy(os.path.join(self.outputs, name + ".npy"))
             self.assertEqual(found, shape)
             self.assertTrue(all(math.isfinite(x) for x in values))
+
+    def test_packed_documents_match_an_independent_reference(self):
+        documents = [5, 11, 1, 7]  # 24 tokens, padded to 36 for zigzag per document over 3 ranks
+        result = spattn(3, "run", "--algo", "hamilton", "--causal", "--backward", "--check", "--doc-lens",
+                        ",".join(map(str, documents)), "--inputs", self.inputs, "--outputs", self.outputs, "--json")
+        self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+        report = json.loads(result.stdout.strip().splitlines()[-1])
+        self.assertEqual(report["check"], "pass")
+        self.assertEqual(report["documents"], {"lengths": documents, "padding": 12})
+        B, S, H, HK, D = self.B, self.S, self.H, self.HK, self.D
+        expected_out, expected_lse = reference(self.q, self.k, self.v, B, S, H, HK, D, causal=True,
+                                               documents=documents)
+        out, out_shape = read_npy(os.path.join(self.outputs, "out.npy"))
+        lse, lse_shape = read_npy(os.path.join(self.outputs, "lse.npy"))
+        self.assertEqual((out_shape, lse_shape), ((B, S, H, D), (B, H, S)))
+        self.assertLess(max(abs(a - b) for a, b in zip(out, expected_out)), 1e-5)
+        self.assertLess(max(abs(a - b) for a, b in zip(lse, expected_lse)), 1e-5)
+
+    def test_documents_that_do_not_fill_the_inputs_are_refused(self):
+        result = spattn(2, "run", "--doc-lens", "5,5", "--inputs", self.inputs)
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("--doc-lens with q.npy (2, 24, 4, 8): the 2 documents have 10 tokens; the sequence has 24",
+                      result.stderr)
 
     def test_input_of_the_wrong_shape_is_refused_on_every_rank(self):
         write_npy(os.path.join(self.inputs, "v.npy"), self.v[:len(self.v) // 2], (self.B, self.S // 2, self.HK, self.D))

@@ -103,6 +103,11 @@ TEST(CliOptionsTest, EveryValuedOptionWorksInBothForms) {
       {"--inner", "4", [](const RunOptions& o) { EXPECT_EQ(o.inner, 4); }},
       {"--across", "hamilton", [](const RunOptions& o) { EXPECT_EQ(o.across, "hamilton"); }},
       {"--kernel", "auto", [](const RunOptions& o) { EXPECT_EQ(o.kernel, KernelChoice::automatic); }},
+      {"--doc-lens", "4096,1,1023",
+       [](const RunOptions& o) {
+         EXPECT_EQ(o.document_lengths, (std::vector<int64_t>{4096, 1, 1023}));
+         EXPECT_EQ(o.seq, 5120);
+       }},
   };
   for (const ValuedOption& option : cases) {
     SCOPED_TRACE(option.name + " " + option.value);
@@ -177,6 +182,25 @@ TEST(CliOptionsTest, BadWindowsScalesDtypesAndDirectories) {
   EXPECT_EQ(usage_error({"run", "--dtype", "fp8"}), "spattn: --dtype: unknown dtype 'fp8'; allowed: fp32, fp16, bf16");
   EXPECT_THAT(usage_error({"run", "--inputs="}), HasSubstr("--inputs expects a directory, got ''"));
   EXPECT_THAT(usage_error({"run", "--outputs="}), HasSubstr("--outputs expects a directory, got ''"));
+}
+
+TEST(CliOptionsTest, DocumentLengthsFillTheSequence) {
+  EXPECT_EQ(parse_run({"--seq", "12", "--doc-lens", "5,7"}).seq, 12);
+  EXPECT_EQ(parse_run({"--doc-lens", "5,7", "--seq=12"}).document_lengths, (std::vector<int64_t>{5, 7}));
+  EXPECT_EQ(usage_error({"run", "--seq", "4096", "--doc-lens", "5,7"}),
+            "spattn: --doc-lens sums to 12 tokens but --seq is 4096; the documents fill the sequence (leave --seq "
+            "out to take their sum)");
+  for (const char* lengths : {"", "5,", ",5", "5,,7", "a", "5;7", "5, 7"}) {
+    SCOPED_TRACE(lengths);
+    EXPECT_THAT(usage_error({"run", std::string("--doc-lens=") + lengths}),
+                AllOf(HasSubstr("--doc-lens expects document lengths L1,L2,... with each an integer >= 1"),
+                      HasSubstr(std::string("got '") + lengths + "'")));
+  }
+  // In range as integers, the library's rule speaks, in its words.
+  EXPECT_EQ(usage_error({"run", "--doc-lens", "5,0"}),
+            "spattn: --doc-lens 5,0: " + document_lengths_error({5, 0}));
+  EXPECT_EQ(usage_error({"run", "--doc-lens", "-3"}),
+            "spattn: --doc-lens -3: " + document_lengths_error({-3}));
 }
 
 TEST(CliOptionsTest, KernelChoosesTheCudaKernels) {
