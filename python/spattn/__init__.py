@@ -38,6 +38,14 @@ from .modules import UlyssesAttention
 from .plans import cached_plan_count, clear_plan_cache
 from .profiling import CallProfile, StepProfile, profile
 from .selection import SelectedStrategy, StrategyEstimate, auto_select, estimate_strategies
+from .varlen import (
+    ring_flash_attn_varlen_func,
+    ring_flash_attn_varlen_kvpacked_func,
+    ring_flash_attn_varlen_qkvpacked_func,
+    zigzag_ring_flash_attn_varlen_func,
+    zigzag_ring_flash_attn_varlen_kvpacked_func,
+    zigzag_ring_flash_attn_varlen_qkvpacked_func,
+)
 
 __version__ = _core.build_info()["version"]
 
@@ -62,6 +70,12 @@ __all__ = [
     "zigzag_ring_flash_attn_func",
     "zigzag_ring_flash_attn_kvpacked_func",
     "zigzag_ring_flash_attn_qkvpacked_func",
+    "ring_flash_attn_varlen_func",
+    "ring_flash_attn_varlen_kvpacked_func",
+    "ring_flash_attn_varlen_qkvpacked_func",
+    "zigzag_ring_flash_attn_varlen_func",
+    "zigzag_ring_flash_attn_varlen_kvpacked_func",
+    "zigzag_ring_flash_attn_varlen_qkvpacked_func",
     "SequenceLayout",
     "sequence_layout",
     "cached_plan_count",

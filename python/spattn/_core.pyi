@@ -118,6 +118,7 @@ class Plan:
         inner: int = 0,
         across: str = "zigzag",
         kernel: str = "auto",
+        document_lengths: Sequence[int] = ...,
     ) -> None: ...
     @property
     def algorithm(self) -> str: ...
@@ -160,6 +161,7 @@ def local_forward(
     window_right: int = -1,
     softmax_scale: Optional[float] = None,
     kernel: str = "auto",
+    document_lengths: Sequence[int] = ...,
 ) -> None: ...
 def local_backward(
     q: Tensor,
@@ -176,4 +178,5 @@ def local_backward(
     window_right: int = -1,
     softmax_scale: Optional[float] = None,
     kernel: str = "auto",
+    document_lengths: Sequence[int] = ...,
 ) -> None: ...

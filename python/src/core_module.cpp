@@ -41,8 +41,10 @@ namespace {
 using Array = nb::ndarray<>;
 
 AttentionOptions attention_options(bool causal, int64_t window_left, int64_t window_right,
-                                   std::optional<float> softmax_scale, const std::string& kernel) {
+                                   std::optional<float> softmax_scale, const std::string& kernel,
+                                   std::vector<int64_t> document_lengths = {}) {
   AttentionOptions options;
+  options.document_lengths = std::move(document_lengths);
   options.causal = causal;
   options.window_left = window_left;
   options.window_right = window_right;
@@ -80,9 +82,9 @@ class Plan {
   Plan(Communicator& communicator, const std::string& algorithm, int64_t batch, int64_t seq, int64_t heads,
        int64_t kv_heads, int64_t head_dim, const std::string& dtype, bool causal, int64_t window_left,
        int64_t window_right, std::optional<float> softmax_scale, int nodes, int inner, const std::string& across,
-       const std::string& kernel)
+       const std::string& kernel, std::vector<int64_t> document_lengths)
       : attention_(make(communicator, algorithm, batch, seq, heads, kv_heads, head_dim, dtype, causal, window_left,
-                        window_right, softmax_scale, nodes, inner, across, kernel)) {}
+                        window_right, softmax_scale, nodes, inner, across, kernel, std::move(document_lengths))) {}
 
   std::string algorithm() const { return algorithm_name(attention_->algorithm()); }
   const SequenceLayout& layout() const { return attention_->layout(); }
@@ -166,9 +168,11 @@ class Plan {
                                                     int64_t head_dim, const std::string& dtype, bool causal,
                                                     int64_t window_left, int64_t window_right,
                                                     std::optional<float> softmax_scale, int nodes, int inner,
-                                                    const std::string& across, const std::string& kernel) {
+                                                    const std::string& across, const std::string& kernel,
+                                                    std::vector<int64_t> document_lengths) {
     const AttentionShape shape{batch, seq, heads, kv_heads, head_dim, parse_dtype(dtype)};
-    const AttentionOptions options = attention_options(causal, window_left, window_right, softmax_scale, kernel);
+    const AttentionOptions options =
+        attention_options(causal, window_left, window_right, softmax_scale, kernel, std::move(document_lengths));
     StrategyOptions strategy_options;
     strategy_options.nodes = nodes;
     strategy_options.inner = inner;
@@ -354,10 +358,11 @@ NB_MODULE(_core, m) {
                    "kernels (collective).")
       .def(nb::init<Communicator&, const std::string&, int64_t, int64_t, int64_t, int64_t, int64_t,
                     const std::string&, bool, int64_t, int64_t, std::optional<float>, int, int, const std::string&,
-                    const std::string&>(),
+                    const std::string&, std::vector<int64_t>>(),
            "communicator"_a, "algorithm"_a, "batch"_a, "seq"_a, "heads"_a, "kv_heads"_a, "head_dim"_a, "dtype"_a,
            "causal"_a = false, "window_left"_a = -1, "window_right"_a = -1, "softmax_scale"_a = nb::none(),
-           "nodes"_a = 1, "inner"_a = 0, "across"_a = "zigzag", "kernel"_a = "auto", nb::keep_alive<1, 2>())
+           "nodes"_a = 1, "inner"_a = 0, "across"_a = "zigzag", "kernel"_a = "auto",
+           "document_lengths"_a = std::vector<int64_t>{}, nb::keep_alive<1, 2>())
       .def_prop_ro("algorithm", &Plan::algorithm)
       .def_prop_ro("layout_name", [](const Plan& plan) { return plan.layout().name(); })
       .def_prop_ro("global_length", [](const Plan& plan) { return plan.layout().global_length(); })
@@ -379,32 +384,36 @@ NB_MODULE(_core, m) {
   m.def(
       "local_forward",
       [](const Array& q, const Array& k, const Array& v, const Array& out, const Array& lse, bool causal,
-         int64_t window_left, int64_t window_right, std::optional<float> softmax_scale, const std::string& kernel) {
+         int64_t window_left, int64_t window_right, std::optional<float> softmax_scale, const std::string& kernel,
+         std::vector<int64_t> document_lengths) {
         const TensorView views[] = {tensor_from_dlpack("q", q), tensor_from_dlpack("k", k), tensor_from_dlpack("v", v),
                                     tensor_from_dlpack("out", out), tensor_from_dlpack("lse", lse)};
-        const AttentionOptions options = attention_options(causal, window_left, window_right, softmax_scale, kernel);
+        const AttentionOptions options =
+            attention_options(causal, window_left, window_right, softmax_scale, kernel, std::move(document_lengths));
         nb::gil_scoped_release release;
         local_attention_forward(views[0], views[1], views[2], views[3], views[4], options);
       },
       "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a, "causal"_a = false, "window_left"_a = -1, "window_right"_a = -1,
-      "softmax_scale"_a = nb::none(), "kernel"_a = "auto",
-      "Attention of a whole sequence in this process with spattn's kernels (the single-rank baseline).");
+      "softmax_scale"_a = nb::none(), "kernel"_a = "auto", "document_lengths"_a = std::vector<int64_t>{},
+      "Attention of a whole sequence in this process with spattn's kernels (the single-rank baseline); with "
+      "document_lengths, of those documents packed without padding, each on its own.");
   m.def(
       "local_backward",
       [](const Array& q, const Array& k, const Array& v, const Array& out, const Array& lse, const Array& dout,
          const Array& dq, const Array& dk, const Array& dv, bool causal, int64_t window_left, int64_t window_right,
-         std::optional<float> softmax_scale, const std::string& kernel) {
+         std::optional<float> softmax_scale, const std::string& kernel, std::vector<int64_t> document_lengths) {
         const TensorView views[] = {tensor_from_dlpack("q", q),       tensor_from_dlpack("k", k),
                                     tensor_from_dlpack("v", v),       tensor_from_dlpack("out", out),
                                     tensor_from_dlpack("lse", lse),   tensor_from_dlpack("dout", dout),
                                     tensor_from_dlpack("dq", dq),     tensor_from_dlpack("dk", dk),
                                     tensor_from_dlpack("dv", dv)};
-        const AttentionOptions options = attention_options(causal, window_left, window_right, softmax_scale, kernel);
+        const AttentionOptions options =
+            attention_options(causal, window_left, window_right, softmax_scale, kernel, std::move(document_lengths));
         nb::gil_scoped_release release;
         local_attention_backward(views[0], views[1], views[2], views[3], views[4], views[5], views[6], views[7],
                                  views[8], options);
       },
       "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a, "dout"_a, "dq"_a, "dk"_a, "dv"_a, "causal"_a = false,
       "window_left"_a = -1, "window_right"_a = -1, "softmax_scale"_a = nb::none(), "kernel"_a = "auto",
-      "dq, dk, dv of local_forward, written in place.");
+      "document_lengths"_a = std::vector<int64_t>{}, "dq, dk, dv of local_forward, written in place.");
 }
