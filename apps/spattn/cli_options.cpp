@@ -258,7 +258,7 @@ const OptionTable<RunOptions>& run_option_table() {
       {{"--doc-lens", "L1,L2,...",
         "packed documents, their lengths summing to --seq (which they give when it is left out): a query sees only "
         "its own document; each document is split over the ranks (padded where it does not split); ring, zigzag, "
-        "hamilton, hamilton2 (default: one document)",
+        "hamilton, hamilton2, allgather (default: one document)",
         [](RunOptions& options, const std::string& value) { parse_document_lengths(options, value); }},
        {"--scale", "X", "softmax scale, finite and > 0 (default 1/sqrt(D))",
        [](RunOptions& options, const std::string& value) {

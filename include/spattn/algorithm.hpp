@@ -27,8 +27,8 @@ Algorithm parse_algorithm(const std::string& name);
 
 /// "" when `algorithm` takes the packed documents of `document_lengths`
 /// (AttentionOptions::document_lengths; none: every algorithm), else why: the rotations (ring,
-/// zigzag, hamilton, hamilton2) take them so far. Plans refuse what it refuses, on every rank
-/// before any transfer.
+/// zigzag, hamilton, hamilton2) and all-gather take them so far. Plans refuse what it refuses, on
+/// every rank before any transfer.
 std::string documents_unsupported(Algorithm algorithm, const std::vector<int64_t>& document_lengths);
 
 /// Parameters only some strategies read.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "schedule/document_cut.hpp"
 #include "schedule/length_divisibility.hpp"
 #include "spattn/error.hpp"
 
@@ -54,21 +55,6 @@ std::vector<SlotPiece> SlotCut::slot_pieces(const SequenceLayout& layout, int ra
   }
   return pieces;
 }
-
-namespace {
-
-// `range` cut to its document's real tokens (its length 0 when it holds only padding).
-template <typename Range>
-Range real_part(const DocumentLayout* documents, Range range) {
-  if (documents != nullptr && range.length > 0) range.length = documents->real_tokens(range.position, range.length);
-  return range;
-}
-
-bool same_document(const DocumentLayout* documents, int64_t a, int64_t b) {
-  return documents == nullptr || documents->document_at(a) == documents->document_at(b);
-}
-
-}  // namespace
 
 std::vector<RotationStepBlock> rotation_step_blocks(const SequenceLayout& layout, const SlotCut& cut,
                                                     const CycleSchedule& schedule, const AttentionMask& mask,

@@ -49,20 +49,33 @@ std::string rotation_error(Algorithm algorithm, int64_t seq, int ranks, bool cau
   return slot_split_error(form.layout, seq, ranks, form.slots);
 }
 
-DocumentLayout rotation_document_layout(Algorithm algorithm, int ranks, bool causal, int nodes,
+namespace {
+
+// The layout that `algorithm` splits each packed document in (it takes documents).
+LayoutKind document_layout_kind(Algorithm algorithm, int ranks, bool causal, int nodes) {
+  return algorithm == Algorithm::allgather ? LayoutKind::zigzag : rotation_form(algorithm, ranks, causal, nodes).layout;
+}
+
+}  // namespace
+
+DocumentLayout strategy_document_layout(Algorithm algorithm, int ranks, bool causal, int nodes,
                                         const std::vector<int64_t>& document_lengths) {
   const std::string unsupported = documents_unsupported(algorithm, document_lengths);
   SPATTN_CHECK(unsupported.empty(), unsupported);
-  return DocumentLayout(rotation_form(algorithm, ranks, causal, nodes).layout, document_lengths, ranks);
+  return DocumentLayout(document_layout_kind(algorithm, ranks, causal, nodes), document_lengths, ranks);
 }
 
-std::string rotation_documents_error(Algorithm algorithm, int64_t seq, int ranks, bool causal, int nodes,
-                                     const std::vector<int64_t>& document_lengths) {
-  const RotationForm form = rotation_form(algorithm, ranks, causal, nodes);
-  if (!form.cycles_error.empty()) return form.cycles_error;
+std::string documents_error(Algorithm algorithm, int64_t seq, int ranks, bool causal, int nodes,
+                            const std::vector<int64_t>& document_lengths) {
+  const std::string unsupported = documents_unsupported(algorithm, document_lengths);
+  if (!unsupported.empty()) return unsupported;
+  if (algorithm != Algorithm::allgather) {
+    const std::string cycles = rotation_form(algorithm, ranks, causal, nodes).cycles_error;
+    if (!cycles.empty()) return cycles;
+  }
   const std::string lengths = document_lengths_error(document_lengths);
   if (!lengths.empty()) return lengths;
-  const DocumentLayout documents(form.layout, document_lengths, ranks);
+  const DocumentLayout documents(document_layout_kind(algorithm, ranks, causal, nodes), document_lengths, ranks);
   const int64_t padded = documents.sequence_layout().global_length();
   if (seq == padded) return "";
   return "seq " + std::to_string(seq) + " does not match the packed documents: " + documents.describe() +

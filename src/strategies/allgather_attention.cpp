@@ -6,10 +6,12 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 #include <utility>
 
 #include "kernels/block_kernels.hpp"
 #include "spattn/error.hpp"
+#include "schedule/document_cut.hpp"
 #include "schedule/strategy_rules.hpp"
 #include "strategies/call_validation.hpp"
 #include "strategies/device_buffer.hpp"
@@ -44,13 +46,21 @@ struct VisibleChunk {
   SequenceChunk chunk;
 };
 
+// One of this rank's query chunks (cut to its document's real tokens) and the chunks it sees.
+struct QueryBlock {
+  SequenceChunk queries;
+  std::vector<VisibleChunk> keys;
+};
+
 }  // namespace
 
 class AllGatherStrategy final : public StrategyBase {
  public:
-  // The ranks of `communicator` agreed on the call (make_allgather_strategy).
+  // The ranks of `communicator` agreed on the call (make_allgather_strategy). `documents`: the
+  // packed documents when the call has them (the layout is theirs).
   AllGatherStrategy(Communicator& communicator, std::vector<CallField> signature, SequenceLayout layout,
-                    const AttentionShape& call_shape, const AttentionOptions& call_options)
+                    const std::optional<DocumentLayout>& documents, const AttentionShape& call_shape,
+                    const AttentionOptions& call_options)
       : StrategyBase(communicator, std::move(signature), std::move(layout), call_shape, call_options),
         rank(communicator.rank()),
         ranks(communicator.size()),
@@ -58,14 +68,23 @@ class AllGatherStrategy final : public StrategyBase {
         heads_per_kv_head(call_shape.heads / call_shape.kv_heads),
         group_kv_heads(kv_heads_per_group(call_shape.kv_heads)),
         groups(static_cast<int>(call_shape.kv_heads / group_kv_heads)) {
-    for (const SequenceChunk& queries : sequence_layout.chunks(rank)) {
-      std::vector<VisibleChunk> visible;
-      for (int source = 0; source < ranks; ++source)
-        for (const SequenceChunk& keys : sequence_layout.chunks(source))
-          if (mask.any_visible(queries.position, queries.position + queries.length, keys.position,
+    const DocumentLayout* packed = documents ? &*documents : nullptr;
+    for (const SequenceChunk& chunk : sequence_layout.chunks(rank)) {
+      QueryBlock block{real_part(packed, chunk), {}};
+      const SequenceChunk& queries = block.queries;
+      for (int source = 0; source < ranks && queries.length > 0; ++source)
+        for (const SequenceChunk& source_chunk : sequence_layout.chunks(source)) {
+          const SequenceChunk keys = real_part(packed, source_chunk);
+          if (keys.length > 0 && same_document(packed, queries.position, keys.position) &&
+              mask.any_visible(queries.position, queries.position + queries.length, keys.position,
                                keys.position + keys.length))
-            visible.push_back({source, keys});
-      visible_chunks.push_back(std::move(visible));
+            block.keys.push_back({source, keys});
+        }
+      // Rows that see no key, padding among them: out = 0, lse = -inf.
+      const int64_t seen = block.keys.empty() ? 0 : queries.length;
+      if (seen < chunk.length)
+        rows_without_keys.push_back({chunk.position + seen, chunk.length - seen, chunk.local_offset + seen});
+      if (!block.keys.empty()) query_blocks.push_back(std::move(block));
     }
   }
 
@@ -189,31 +208,28 @@ class AllGatherStrategy final : public StrategyBase {
   // Each query chunk of this group's heads is one block over every chunk it sees, so the block
   // writes its rows of out (through final_out) and lse at once.
   void forward_group(const TensorView& q, const TensorView& out, const TensorView& lse, int group) {
+    for (const SequenceChunk& rows : rows_without_keys) {
+      kernels->fill(query_heads(out.slice(1, rows.local_offset, rows.length), group), 0.0f);
+      kernels->fill(lse_heads(lse.slice(2, rows.local_offset, rows.length), group),
+                    -std::numeric_limits<float>::infinity());
+    }
     const DeviceBuffer& keys = gathered[group % 2];
-    std::size_t chunk_index = 0;
-    for (const SequenceChunk& queries : sequence_layout.chunks(rank)) {
+    for (const QueryBlock& block : query_blocks) {
+      const SequenceChunk& queries = block.queries;
       forward_block.segments.clear();
-      for (const VisibleChunk& visible : visible_chunks[chunk_index++]) {
+      for (const VisibleChunk& visible : block.keys) {
         const KvHeads source = gathered_group(keys, shape.dtype, visible.rank);
         forward_block.segments.push_back({source.k.slice(1, visible.chunk.local_offset, visible.chunk.length),
                                           source.v.slice(1, visible.chunk.local_offset, visible.chunk.length),
                                           visible.chunk.position});
-      }
-      const TensorView out_rows = query_heads(out.slice(1, queries.local_offset, queries.length), group);
-      const TensorView lse_rows = lse_heads(lse.slice(2, queries.local_offset, queries.length), group);
-      if (forward_block.segments.empty()) {
-        // Queries that see no key at all: out = 0, lse = -inf.
-        kernels->fill(out_rows, 0.0f);
-        kernels->fill(lse_rows, -std::numeric_limits<float>::infinity());
-        continue;
       }
       forward_block.q = query_heads(q.slice(1, queries.local_offset, queries.length), group);
       forward_block.q_position = queries.position;
       forward_block.mask = mask;
       forward_block.scale = scale;
       forward_block.out = query_heads(out_accumulator.slice(1, queries.local_offset, queries.length), group);
-      forward_block.lse = lse_rows;
-      forward_block.final_out = out_rows;
+      forward_block.lse = lse_heads(lse.slice(2, queries.local_offset, queries.length), group);
+      forward_block.final_out = query_heads(out.slice(1, queries.local_offset, queries.length), group);
       kernels->forward(forward_block);
     }
   }
@@ -225,10 +241,10 @@ class AllGatherStrategy final : public StrategyBase {
     kernels->fill(TensorView::contiguous(gradients.data(), DType::f32,
                                          {static_cast<int64_t>(2 * group_elements()) * ranks}, kernels->device()),
                   0.0f);
-    std::size_t chunk_index = 0;
-    for (const SequenceChunk& queries : sequence_layout.chunks(rank)) {
+    for (const QueryBlock& block : query_blocks) {
+      const SequenceChunk& queries = block.queries;
       backward_block.segments.clear();
-      for (const VisibleChunk& visible : visible_chunks[chunk_index++]) {
+      for (const VisibleChunk& visible : block.keys) {
         const KvHeads source = gathered_group(keys, shape.dtype, visible.rank);
         const KvHeads gradient = gathered_group(gradients, DType::f32, visible.rank);
         const int64_t offset = visible.chunk.local_offset;
@@ -238,7 +254,6 @@ class AllGatherStrategy final : public StrategyBase {
              gradient.k.slice(1, offset, length),
              gradient.v.slice(1, offset, length)});
       }
-      if (backward_block.segments.empty()) continue;
       const int64_t offset = queries.local_offset;
       backward_block.q = query_heads(q.slice(1, offset, queries.length), group);
       backward_block.q_position = queries.position;
@@ -270,7 +285,8 @@ class AllGatherStrategy final : public StrategyBase {
   const int64_t heads_per_kv_head;
   const int64_t group_kv_heads;  // kv heads per step, G
   const int groups;              // steps: HK / G
-  std::vector<std::vector<VisibleChunk>> visible_chunks;  // per query chunk of this rank
+  std::vector<QueryBlock> query_blocks;          // this rank's query chunks that see a key
+  std::vector<SequenceChunk> rows_without_keys;  // rows of this rank that see none
 
   // Double buffers: index group % 2.
   DeviceBuffer packed[2];             // this rank's (k, v) of one group of kv heads, dtype
@@ -287,15 +303,23 @@ class AllGatherStrategy final : public StrategyBase {
 
 std::unique_ptr<Strategy> make_allgather_strategy(Communicator& communicator, const AttentionShape& shape,
                                                   const AttentionOptions& options, const std::string& caller_error) {
+  const int ranks = communicator.size();
   std::vector<CallField> signature = call_signature(Algorithm::allgather, shape, options);
+  const bool packed = !options.document_lengths.empty();
   agree_on_call(communicator,
                 first_error({caller_error, shape_and_options_error(shape, options, communicator.device()),
-                             documents_unsupported(Algorithm::allgather, options.document_lengths),
-                             allgather_error(shape, communicator.size())}),
+                             packed ? documents_error(Algorithm::allgather, shape.seq, ranks, options.causal, 1,
+                                                      options.document_lengths)
+                                    : allgather_error(shape, ranks)}),
                 signature);
-  return std::make_unique<AllGatherStrategy>(communicator, std::move(signature),
-                                             SequenceLayout(LayoutKind::zigzag, shape.seq, communicator.size()),
-                                             shape, options);
+  if (!packed)
+    return std::make_unique<AllGatherStrategy>(communicator, std::move(signature),
+                                               SequenceLayout(LayoutKind::zigzag, shape.seq, ranks), std::nullopt,
+                                               shape, options);
+  const DocumentLayout documents =
+      strategy_document_layout(Algorithm::allgather, ranks, options.causal, 1, options.document_lengths);
+  return std::make_unique<AllGatherStrategy>(communicator, std::move(signature), documents.sequence_layout(),
+                                             documents, shape, options);
 }
 
 }  // namespace spattn

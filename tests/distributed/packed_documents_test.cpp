@@ -1,5 +1,5 @@
 // Packed documents (AttentionOptions::document_lengths) at the rank count of this run: every
-// rotation, forward and backward, against the per-document fp64 reference with the 2x criterion
+// rotation and all-gather, forward and backward, against the per-document fp64 reference with the 2x criterion
 // (out, lse, dq, dk, dv of the real tokens, gathered through shard_documents / unshard_documents);
 // padding rows of a plan's own shards hold out 0, lse -inf and no gradient; strategies and shapes
 // that do not take the documents refuse them on every rank before any transfer.
@@ -66,9 +66,9 @@ std::string case_name(const ::testing::TestParamInfo<DocumentCase>& info) {
   return algorithm_name(algorithm) + "_" + kMasks[mask_index].name + "_" + kDocumentSets[set_index].name;
 }
 
-INSTANTIATE_TEST_SUITE_P(Rotations, PackedDocumentAccuracy,
+INSTANTIATE_TEST_SUITE_P(Strategies, PackedDocumentAccuracy,
                          ::testing::Combine(::testing::Values(Algorithm::ring, Algorithm::zigzag, Algorithm::hamilton,
-                                                              Algorithm::hamilton2),
+                                                              Algorithm::hamilton2, Algorithm::allgather),
                                             ::testing::Range(0, 4), ::testing::Range(0, 4)),
                          case_name);
 
@@ -82,14 +82,17 @@ TEST(PackedDocuments, Fp32ZigzagCausalMatchesReference) {
 
 // The plan's own shards: the rows of padding get out 0 and lse -inf, and dq, dk, dv 0 there,
 // whatever the caller put in them (here NaN-poisoned outputs and random padding inputs).
-TEST(PackedDocuments, PaddingRowsGetZeroOutMinusInfinityLseAndNoGradient) {
+class PackedDocumentPadding : public ::testing::TestWithParam<Algorithm> {};
+
+TEST_P(PackedDocumentPadding, RowsGetZeroOutMinusInfinityLseAndNoGradient) {
+  const Algorithm algorithm = GetParam();
   const int ranks = world().size(), rank = world().rank();
   AttentionOptions options{true, -1, -1, std::nullopt};
   options.document_lengths = {3, 2 * ranks + 1};
-  const DocumentLayout documents = plan_document_layout(Algorithm::zigzag, ranks, options);
+  const DocumentLayout documents = plan_document_layout(algorithm, ranks, options);
   const int64_t local = documents.sequence_layout().local_length();
   const AttentionShape shape{1, documents.sequence_layout().global_length(), 2, 1, 16, DType::f32};
-  DistributedAttention plan(world(), Algorithm::zigzag, shape, options);
+  DistributedAttention plan(world(), algorithm, shape, options);
   HostTensor q(DType::f32, {1, local, 2, 16}), k(DType::f32, {1, local, 1, 16}), v(DType::f32, {1, local, 1, 16}),
       dout(DType::f32, {1, local, 2, 16});
   q.fill_normal(11 + static_cast<uint64_t>(rank));
@@ -129,15 +132,19 @@ TEST(PackedDocuments, PaddingRowsGetZeroOutMinusInfinityLseAndNoGradient) {
   }
 }
 
+INSTANTIATE_TEST_SUITE_P(RotationAndAllGather, PackedDocumentPadding,
+                         ::testing::Values(Algorithm::zigzag, Algorithm::allgather),
+                         [](const ::testing::TestParamInfo<Algorithm>& info) { return algorithm_name(info.param); });
+
 // Refusals, the same on every rank and before any transfer.
 TEST(PackedDocuments, StrategiesWithoutDocumentsRefuseThemOnEveryRank) {
   AttentionOptions options;
   options.document_lengths = {4, 4};
   const AttentionShape shape{1, 8 * world().size(), world().size(), world().size(), 16, DType::f32};
-  for (Algorithm algorithm : {Algorithm::ulysses, Algorithm::allgather, Algorithm::usp}) {
+  for (Algorithm algorithm : {Algorithm::ulysses, Algorithm::usp}) {
     const std::string error = error_of([&] { DistributedAttention plan(world(), algorithm, shape, options); });
-    EXPECT_THAT(error, HasSubstr("packed documents (document_lengths) are taken by ring, zigzag, hamilton and "
-                                 "hamilton2 so far, not by '" + algorithm_name(algorithm) + "'"));
+    EXPECT_THAT(error, HasSubstr("packed documents (document_lengths) are taken by ring, zigzag, hamilton, "
+                                 "hamilton2 and allgather so far, not by '" + algorithm_name(algorithm) + "'"));
     EXPECT_THAT(error_of([&] { plan_document_layout(algorithm, world().size(), options); }),
                 HasSubstr("not by '" + algorithm_name(algorithm) + "'"));
   }
