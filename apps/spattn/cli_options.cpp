@@ -257,8 +257,8 @@ const OptionTable<RunOptions>& run_option_table() {
                                 std::to_string(defaults.seq) + ")"),
       {{"--doc-lens", "L1,L2,...",
         "packed documents, their lengths summing to --seq (which they give when it is left out): a query sees only "
-        "its own document; each document is split over the ranks (padded where it does not split); ring, zigzag, "
-        "hamilton, hamilton2, allgather (default: one document)",
+        "its own document; each document is split over the ranks (padded where it does not split); every "
+        "strategy but usp (default: one document)",
         [](RunOptions& options, const std::string& value) { parse_document_lengths(options, value); }},
        {"--scale", "X", "softmax scale, finite and > 0 (default 1/sqrt(D))",
        [](RunOptions& options, const std::string& value) {

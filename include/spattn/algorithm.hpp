@@ -26,9 +26,8 @@ std::string algorithm_name(Algorithm algorithm);
 Algorithm parse_algorithm(const std::string& name);
 
 /// "" when `algorithm` takes the packed documents of `document_lengths`
-/// (AttentionOptions::document_lengths; none: every algorithm), else why: the rotations (ring,
-/// zigzag, hamilton, hamilton2) and all-gather take them so far. Plans refuse what it refuses, on
-/// every rank before any transfer.
+/// (AttentionOptions::document_lengths; none: every algorithm), else why: every strategy but usp
+/// takes them so far. Plans refuse what it refuses, on every rank before any transfer.
 std::string documents_unsupported(Algorithm algorithm, const std::vector<int64_t>& document_lengths);
 
 /// Parameters only some strategies read.

@@ -53,7 +53,10 @@ namespace {
 
 // The layout that `algorithm` splits each packed document in (it takes documents).
 LayoutKind document_layout_kind(Algorithm algorithm, int ranks, bool causal, int nodes) {
-  return algorithm == Algorithm::allgather ? LayoutKind::zigzag : rotation_form(algorithm, ranks, causal, nodes).layout;
+  if (algorithm == Algorithm::allgather) return LayoutKind::zigzag;
+  // Every rank attends the whole sequence of its heads: any split balances.
+  if (algorithm == Algorithm::ulysses) return LayoutKind::contiguous;
+  return rotation_form(algorithm, ranks, causal, nodes).layout;
 }
 
 }  // namespace
@@ -69,7 +72,7 @@ std::string documents_error(Algorithm algorithm, int64_t seq, int ranks, bool ca
                             const std::vector<int64_t>& document_lengths) {
   const std::string unsupported = documents_unsupported(algorithm, document_lengths);
   if (!unsupported.empty()) return unsupported;
-  if (algorithm != Algorithm::allgather) {
+  if (algorithm != Algorithm::allgather && algorithm != Algorithm::ulysses) {
     const std::string cycles = rotation_form(algorithm, ranks, causal, nodes).cycles_error;
     if (!cycles.empty()) return cycles;
   }

@@ -44,7 +44,7 @@ std::string rotation_error(Algorithm algorithm, int64_t seq, int ranks, bool cau
 
 /// The packed documents of `document_lengths` as `algorithm` holds them at `ranks` ranks: each
 /// document split over the ranks in the strategy's layout (a rotation's rotation_form, all-gather's
-/// zigzag), padded where it does not split. Throws Error for bad lengths or a strategy that takes
+/// zigzag, Ulysses' contiguous), padded where it does not split. Throws Error for bad lengths or a strategy that takes
 /// no documents (documents_unsupported).
 DocumentLayout strategy_document_layout(Algorithm algorithm, int ranks, bool causal, int nodes,
                                         const std::vector<int64_t>& document_lengths);

@@ -11,12 +11,15 @@
 
 #include <algorithm>
 #include <initializer_list>
+#include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "kernels/block_kernels.hpp"
+#include "schedule/document_cut.hpp"
 #include "schedule/strategy_rules.hpp"
 #include "spattn/distributed_attention.hpp"
 #include "strategies/all_to_all_exchange.hpp"
@@ -85,13 +88,22 @@ std::vector<HeadGroup> head_groups(const HeadRange& query_heads, int64_t group_s
 // Whether data arriving for a place overwrites it or is added to it.
 enum class Arrival { overwrite, sum };
 
+// A block of the local attention over the gathered sequence (rank p's tokens at p * S_local):
+// queries and the keys they see, each with its global position and its offset in the gathered
+// sequence (local_offset).
+struct GatheredBlock {
+  SequenceChunk queries;
+  std::vector<SequenceChunk> keys;
+};
+
 }  // namespace
 
 class UlyssesStrategy final : public StrategyBase {
  public:
   // The arguments are validated and agreed on by every rank of `every_rank` (see the factories);
   // `signature` is what every later call agrees on.
-  UlyssesStrategy(Communicator& every_rank, AcrossGroups wiring, SequenceLayout layout, std::vector<CallField> signature,
+  UlyssesStrategy(Communicator& every_rank, AcrossGroups wiring, SequenceLayout layout,
+                  const std::optional<DocumentLayout>& documents, std::vector<CallField> signature,
                   const AttentionShape& call_shape, const AttentionOptions& call_options)
       : StrategyBase(every_rank, std::move(signature), std::move(layout), call_shape, call_options),
         across(std::move(wiring)),
@@ -113,6 +125,8 @@ class UlyssesStrategy final : public StrategyBase {
     own_kv_heads = kv_heads_of[static_cast<std::size_t>(rank)].count;
     groups = head_groups(query_heads_of[static_cast<std::size_t>(rank)], group_size);
     describe_exchanges();
+    if (documents) find_document_blocks(*documents);
+    else gathered_blocks = {{{0, group_seq, 0}, {{0, group_seq, 0}}}};  // the whole sequence, in order
   }
 
   void set_stream(void* stream) override {
@@ -290,44 +304,94 @@ class UlyssesStrategy final : public StrategyBase {
     gradients.allocate(*kernels, ranks);
   }
 
+  // Packed documents: every part of a document (one per rank) attends every part of it, each cut
+  // to the document's real tokens; padding rows see no key.
+  void find_document_blocks(const DocumentLayout& documents) {
+    std::vector<SequenceChunk> parts;  // every rank's parts, offsets in the gathered sequence
+    for (int peer = 0; peer < ranks; ++peer)
+      for (SequenceChunk chunk : sequence_layout.chunks(peer)) {
+        chunk.local_offset += peer * local_seq;
+        parts.push_back(chunk);
+      }
+    for (const SequenceChunk& part : parts) {
+      GatheredBlock block{real_part(&documents, part), {}};
+      for (const SequenceChunk& other : parts) {
+        const SequenceChunk keys = real_part(&documents, other);
+        if (block.queries.length > 0 && keys.length > 0 &&
+            same_document(&documents, block.queries.position, keys.position) &&
+            mask.any_visible(block.queries.position, block.queries.position + block.queries.length, keys.position,
+                             keys.position + keys.length))
+          block.keys.push_back(keys);
+      }
+      const int64_t seen = block.keys.empty() ? 0 : block.queries.length;
+      if (seen < part.length)
+        rows_without_keys.push_back({part.position + seen, part.length - seen, part.local_offset + seen});
+      if (!block.keys.empty()) gathered_blocks.push_back(std::move(block));
+    }
+  }
+
   // Attention of this rank's query heads over the whole sequence with the block kernels.
   void attend_locally_forward() {
-    for (const HeadGroup& group : groups) {
-      forward_block.q = full_q.slice(kBshd.head, group.query.first, group.query.count);
-      forward_block.q_position = 0;
-      forward_block.segments = {{full_k.slice(kBshd.head, group.kv.first, group.kv.count),
-                                 full_v.slice(kBshd.head, group.kv.first, group.kv.count), 0}};
-      forward_block.mask = mask;
-      forward_block.scale = scale;
-      forward_block.out = full_out.slice(kBshd.head, group.query.first, group.query.count);
-      forward_block.lse = full_lse.slice(kBhs.head, group.query.first, group.query.count);
-      kernels->forward(forward_block);
+    for (const SequenceChunk& rows : rows_without_keys) {
+      kernels->fill(full_out.slice(kBshd.seq, rows.local_offset, rows.length), 0.0f);
+      kernels->fill(full_lse.slice(kBhs.seq, rows.local_offset, rows.length), -std::numeric_limits<float>::infinity());
     }
+    for (const HeadGroup& group : groups)
+      for (const GatheredBlock& block : gathered_blocks) {
+        const auto queries = [&](const TensorView& tensor, Axes axes) {
+          return query_rows(tensor, axes, group, block);
+        };
+        forward_block.q = queries(full_q, kBshd);
+        forward_block.q_position = block.queries.position;
+        forward_block.segments.clear();
+        for (const SequenceChunk& keys : block.keys)
+          forward_block.segments.push_back({kv_rows(full_k, group, keys), kv_rows(full_v, group, keys), keys.position});
+        forward_block.mask = mask;
+        forward_block.scale = scale;
+        forward_block.out = queries(full_out, kBshd);
+        forward_block.lse = queries(full_lse, kBhs);
+        kernels->forward(forward_block);
+      }
+  }
+
+  // The query heads of `group` and the queries of `block` in a gathered tensor with `axes`.
+  static TensorView query_rows(const TensorView& tensor, Axes axes, const HeadGroup& group,
+                               const GatheredBlock& block) {
+    return tensor.slice(axes.head, group.query.first, group.query.count)
+        .slice(axes.seq, block.queries.local_offset, block.queries.length);
+  }
+
+  // The kv heads of `group` and the tokens of `keys` in a gathered (B, group_seq, heads, D) tensor.
+  static TensorView kv_rows(const TensorView& tensor, const HeadGroup& group, const SequenceChunk& keys) {
+    return tensor.slice(kBshd.head, group.kv.first, group.kv.count).slice(kBshd.seq, keys.local_offset, keys.length);
   }
 
   void attend_locally_backward() {
     kernels->fill(full_dq, 0.0f);
     kernels->fill(full_dk, 0.0f);
     kernels->fill(full_dv, 0.0f);
-    for (const HeadGroup& group : groups) {
-      const auto queries = [&](const TensorView& tensor, Axes axes) {
-        return tensor.slice(axes.head, group.query.first, group.query.count);
-      };
-      const auto keys = [&](const TensorView& tensor) {
-        return tensor.slice(kBshd.head, group.kv.first, group.kv.count);
-      };
-      backward_block.q = queries(full_q, kBshd);
-      backward_block.q_position = 0;
-      backward_block.segments = {{{keys(full_k), keys(full_v), 0}, keys(full_dk), keys(full_dv)}};
-      backward_block.dout = queries(full_dout, kBshd);
-      backward_block.out = output_travels() ? queries(full_out, kBshd) : TensorView{};
-      backward_block.lse = queries(full_lse, kBhs);
-      backward_block.delta = output_travels() ? TensorView{} : queries(full_delta, kBhs);
-      backward_block.mask = mask;
-      backward_block.scale = scale;
-      backward_block.dq = queries(full_dq, kBshd);
-      kernels->backward(backward_block);
-    }
+    for (const HeadGroup& group : groups)
+      for (const GatheredBlock& block : gathered_blocks) {
+        const auto queries = [&](const TensorView& tensor, Axes axes) {
+          return query_rows(tensor, axes, group, block);
+        };
+        backward_block.q = queries(full_q, kBshd);
+        backward_block.q_position = block.queries.position;
+        backward_block.segments.clear();
+        for (const SequenceChunk& keys : block.keys)
+          backward_block.segments.push_back(
+              {{kv_rows(full_k, group, keys), kv_rows(full_v, group, keys), keys.position},
+               kv_rows(full_dk, group, keys),
+               kv_rows(full_dv, group, keys)});
+        backward_block.dout = queries(full_dout, kBshd);
+        backward_block.out = output_travels() ? queries(full_out, kBshd) : TensorView{};
+        backward_block.lse = queries(full_lse, kBhs);
+        backward_block.delta = output_travels() ? TensorView{} : queries(full_delta, kBhs);
+        backward_block.mask = mask;
+        backward_block.scale = scale;
+        backward_block.dq = queries(full_dq, kBshd);
+        kernels->backward(backward_block);
+      }
   }
 
   void exchange(ProfileRecorder& recorder, int step, const AllToAllExchange& blocks) {
@@ -399,6 +463,8 @@ class UlyssesStrategy final : public StrategyBase {
   int64_t kv_heads_per_block = 0;         // the most kv heads any rank reads
   int64_t own_kv_heads = 0;               // kv heads this rank reads
   std::vector<HeadGroup> groups;          // this rank's query heads as kernel calls
+  std::vector<GatheredBlock> gathered_blocks;    // the local attention's blocks over the gathered sequence
+  std::vector<SequenceChunk> rows_without_keys;  // gathered rows that see no key (padding among them)
 
   AllToAllExchange forward_inputs;   // q, k, v
   AllToAllExchange forward_results;  // out, lse
@@ -432,21 +498,30 @@ std::unique_ptr<Strategy> make_ulysses_strategy(Communicator& communicator, cons
                                                 const AttentionOptions& options, const std::string& caller_error) {
   const int ranks = communicator.size();
   const std::vector<CallField> signature = call_signature(Algorithm::ulysses, shape, options);
+  const bool packed = !options.document_lengths.empty();
   agree_on_call(communicator,
                 first_error({caller_error, shape_and_options_error(shape, options, communicator.device()),
-                             documents_unsupported(Algorithm::ulysses, options.document_lengths),
+                             packed ? documents_error(Algorithm::ulysses, shape.seq, ranks, options.causal, 1,
+                                                      options.document_lengths)
+                                    : "",
                              ulysses_error(shape, ranks)}),
                 signature);
-  return make_agreed_ulysses_strategy(communicator, AcrossGroups{},
-                                      SequenceLayout(LayoutKind::contiguous, shape.seq, ranks), signature, shape,
-                                      options);
+  if (!packed)
+    return make_agreed_ulysses_strategy(communicator, AcrossGroups{},
+                                        SequenceLayout(LayoutKind::contiguous, shape.seq, ranks), std::nullopt,
+                                        signature, shape, options);
+  const DocumentLayout documents =
+      strategy_document_layout(Algorithm::ulysses, ranks, options.causal, 1, options.document_lengths);
+  return make_agreed_ulysses_strategy(communicator, AcrossGroups{}, documents.sequence_layout(), documents, signature,
+                                      shape, options);
 }
 
 std::unique_ptr<Strategy> make_agreed_ulysses_strategy(Communicator& world, AcrossGroups across, SequenceLayout layout,
+                                                       const std::optional<DocumentLayout>& documents,
                                                        std::vector<CallField> signature, const AttentionShape& shape,
                                                        const AttentionOptions& options) {
-  return std::make_unique<UlyssesStrategy>(world, std::move(across), std::move(layout), std::move(signature), shape,
-                                           options);
+  return std::make_unique<UlyssesStrategy>(world, std::move(across), std::move(layout), documents,
+                                           std::move(signature), shape, options);
 }
 
 }  // namespace spattn

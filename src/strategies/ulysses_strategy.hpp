@@ -4,9 +4,11 @@
 // (strategy.hpp).
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "spattn/communicator.hpp"
+#include "spattn/document_layout.hpp"
 #include "spattn/sequence_layout.hpp"
 #include "strategies/call_validation.hpp"
 #include "strategies/strategy.hpp"
@@ -26,8 +28,10 @@ struct AcrossGroups {
 /// The Ulysses strategy over `world`, whose ranks agreed on the call (its `signature`) already:
 /// trading heads for tokens within `across.group` (every rank of `world` when it is null) and
 /// attending with `across.inner` (the block kernels when it is null); `layout` is the global
-/// sequence's layout over `world`.
+/// sequence's layout over `world`, the layout of `documents` when the call packs documents (the
+/// block kernels then attend each document's parts to each other only).
 std::unique_ptr<Strategy> make_agreed_ulysses_strategy(Communicator& world, AcrossGroups across, SequenceLayout layout,
+                                                       const std::optional<DocumentLayout>& documents,
                                                        std::vector<CallField> signature, const AttentionShape& shape,
                                                        const AttentionOptions& options);
 

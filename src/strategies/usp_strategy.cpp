@@ -50,8 +50,8 @@ std::unique_ptr<Strategy> make_usp_strategy(Communicator& communicator, int inne
   SequenceLayout layout = SequenceLayout::grouped(
       SequenceLayout(rotation_form(across_algorithm, groups, options.causal, 1).layout, shape.seq, groups),
       ranks_per_group);
-  return make_agreed_ulysses_strategy(communicator, std::move(across), std::move(layout), std::move(signature), shape,
-                                     options);
+  return make_agreed_ulysses_strategy(communicator, std::move(across), std::move(layout), std::nullopt,
+                                      std::move(signature), shape, options);
 }
 
 }  // namespace spattn

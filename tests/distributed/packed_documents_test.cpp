@@ -1,5 +1,5 @@
 // Packed documents (AttentionOptions::document_lengths) at the rank count of this run: every
-// rotation and all-gather, forward and backward, against the per-document fp64 reference with the 2x criterion
+// strategy but usp, forward and backward, against the per-document fp64 reference with the 2x criterion
 // (out, lse, dq, dk, dv of the real tokens, gathered through shard_documents / unshard_documents);
 // padding rows of a plan's own shards hold out 0, lse -inf and no gradient; strategies and shapes
 // that do not take the documents refuse them on every rank before any transfer.
@@ -56,7 +56,9 @@ TEST_P(PackedDocumentAccuracy, MatchesPerDocumentReferenceForwardAndBackward) {
   if (!setup.not_applicable.empty()) GTEST_SKIP() << setup.not_applicable;
   AttentionOptions options = kMasks[mask_index].options;
   options.document_lengths = kDocumentSets[set_index].lengths;
-  const AttentionShape shape{1, total_tokens(options.document_lengths), 4, 2, 32, DType::bf16};
+  // Ulysses gives every rank whole query heads.
+  const int64_t heads = algorithm == Algorithm::ulysses ? 2 * world().size() : 4;
+  const AttentionShape shape{1, total_tokens(options.document_lengths), heads, 2, 32, DType::bf16};
   const uint64_t seed = 5000 + static_cast<uint64_t>(mask_index) * 10 + static_cast<uint64_t>(set_index);
   expect_accurate(algorithm, random_problem(shape, options, seed, /*backward=*/true), setup.options);
 }
@@ -68,7 +70,8 @@ std::string case_name(const ::testing::TestParamInfo<DocumentCase>& info) {
 
 INSTANTIATE_TEST_SUITE_P(Strategies, PackedDocumentAccuracy,
                          ::testing::Combine(::testing::Values(Algorithm::ring, Algorithm::zigzag, Algorithm::hamilton,
-                                                              Algorithm::hamilton2, Algorithm::allgather),
+                                                              Algorithm::hamilton2, Algorithm::allgather,
+                                                              Algorithm::ulysses),
                                             ::testing::Range(0, 4), ::testing::Range(0, 4)),
                          case_name);
 
@@ -91,16 +94,17 @@ TEST_P(PackedDocumentPadding, RowsGetZeroOutMinusInfinityLseAndNoGradient) {
   options.document_lengths = {3, 2 * ranks + 1};
   const DocumentLayout documents = plan_document_layout(algorithm, ranks, options);
   const int64_t local = documents.sequence_layout().local_length();
-  const AttentionShape shape{1, documents.sequence_layout().global_length(), 2, 1, 16, DType::f32};
+  const int64_t H = 2 * ranks, HK = ranks, D = 16;  // whole heads per rank for Ulysses
+  const AttentionShape shape{1, documents.sequence_layout().global_length(), H, HK, D, DType::f32};
   DistributedAttention plan(world(), algorithm, shape, options);
-  HostTensor q(DType::f32, {1, local, 2, 16}), k(DType::f32, {1, local, 1, 16}), v(DType::f32, {1, local, 1, 16}),
-      dout(DType::f32, {1, local, 2, 16});
+  HostTensor q(DType::f32, {1, local, H, D}), k(DType::f32, {1, local, HK, D}), v(DType::f32, {1, local, HK, D}),
+      dout(DType::f32, {1, local, H, D});
   q.fill_normal(11 + static_cast<uint64_t>(rank));
   k.fill_normal(21 + static_cast<uint64_t>(rank));
   v.fill_normal(31 + static_cast<uint64_t>(rank));
   dout.fill_normal(41 + static_cast<uint64_t>(rank));
-  HostTensor out(DType::f32, {1, local, 2, 16}), lse(DType::f32, {1, 2, local}), dq(DType::f32, {1, local, 2, 16}),
-      dk(DType::f32, {1, local, 1, 16}), dv(DType::f32, {1, local, 1, 16});
+  HostTensor out(DType::f32, {1, local, H, D}), lse(DType::f32, {1, H, local}), dq(DType::f32, {1, local, H, D}),
+      dk(DType::f32, {1, local, HK, D}), dv(DType::f32, {1, local, HK, D});
   for (HostTensor* output : {&out, &lse, &dq, &dk, &dv}) output->poison();
   plan.forward(q.view(), k.view(), v.view(), out.view(), lse.view());
   plan.backward(q.view(), k.view(), v.view(), out.view(), lse.view(), dout.view(), dq.view(), dk.view(), dv.view());
@@ -108,12 +112,12 @@ TEST_P(PackedDocumentPadding, RowsGetZeroOutMinusInfinityLseAndNoGradient) {
     const int64_t real = documents.real_tokens(chunk.position, chunk.length);
     for (int64_t row = chunk.local_offset; row < chunk.local_offset + chunk.length; ++row) {
       const bool padding = row >= chunk.local_offset + real;
-      for (int64_t h = 0; h < 2; ++h) {
+      for (int64_t h = 0; h < H; ++h) {
         const double row_lse = lse.at(h * local + row);
         if (padding) EXPECT_EQ(row_lse, -std::numeric_limits<double>::infinity()) << "rank " << rank << " row " << row;
         else EXPECT_TRUE(std::isfinite(row_lse)) << "rank " << rank << " row " << row;
-        for (int64_t d = 0; d < 16; ++d) {
-          const int64_t element = (row * 2 + h) * 16 + d;
+        for (int64_t d = 0; d < D; ++d) {
+          const int64_t element = (row * H + h) * D + d;
           ASSERT_TRUE(std::isfinite(out.at(element)) && std::isfinite(dq.at(element))) << "row " << row;
           if (padding) {
             EXPECT_EQ(out.at(element), 0.0);
@@ -121,33 +125,31 @@ TEST_P(PackedDocumentPadding, RowsGetZeroOutMinusInfinityLseAndNoGradient) {
           }
         }
       }
-      for (int64_t d = 0; d < 16; ++d) {
-        ASSERT_TRUE(std::isfinite(dk.at(row * 16 + d)) && std::isfinite(dv.at(row * 16 + d))) << "row " << row;
+      for (int64_t e = row * HK * D; e < (row + 1) * HK * D; ++e) {
+        ASSERT_TRUE(std::isfinite(dk.at(e)) && std::isfinite(dv.at(e))) << "row " << row;
         if (padding) {
-          EXPECT_EQ(dk.at(row * 16 + d), 0.0);
-          EXPECT_EQ(dv.at(row * 16 + d), 0.0);
+          EXPECT_EQ(dk.at(e), 0.0);
+          EXPECT_EQ(dv.at(e), 0.0);
         }
       }
     }
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(RotationAndAllGather, PackedDocumentPadding,
-                         ::testing::Values(Algorithm::zigzag, Algorithm::allgather),
+INSTANTIATE_TEST_SUITE_P(EachKindOfStrategy, PackedDocumentPadding,
+                         ::testing::Values(Algorithm::zigzag, Algorithm::allgather, Algorithm::ulysses),
                          [](const ::testing::TestParamInfo<Algorithm>& info) { return algorithm_name(info.param); });
 
 // Refusals, the same on every rank and before any transfer.
-TEST(PackedDocuments, StrategiesWithoutDocumentsRefuseThemOnEveryRank) {
+TEST(PackedDocuments, UspRefusesThemOnEveryRank) {
   AttentionOptions options;
   options.document_lengths = {4, 4};
   const AttentionShape shape{1, 8 * world().size(), world().size(), world().size(), 16, DType::f32};
-  for (Algorithm algorithm : {Algorithm::ulysses, Algorithm::usp}) {
-    const std::string error = error_of([&] { DistributedAttention plan(world(), algorithm, shape, options); });
-    EXPECT_THAT(error, HasSubstr("packed documents (document_lengths) are taken by ring, zigzag, hamilton, "
-                                 "hamilton2 and allgather so far, not by '" + algorithm_name(algorithm) + "'"));
-    EXPECT_THAT(error_of([&] { plan_document_layout(algorithm, world().size(), options); }),
-                HasSubstr("not by '" + algorithm_name(algorithm) + "'"));
-  }
+  const std::string error = error_of([&] { DistributedAttention plan(world(), Algorithm::usp, shape, options); });
+  EXPECT_THAT(error, HasSubstr("packed documents (document_lengths) are taken by ring, zigzag, ulysses, hamilton, "
+                               "hamilton2 and allgather so far, not by 'usp'"));
+  EXPECT_THAT(error_of([&] { plan_document_layout(Algorithm::usp, world().size(), options); }),
+              HasSubstr("not by 'usp'"));
 }
 
 TEST(PackedDocuments, SeqOtherThanThePaddedLengthIsRefusedNamingIt) {
