@@ -4,6 +4,8 @@
 # device) and the verdict. Needs a build (scripts/build.sh). Extra arguments go to every run,
 # e.g. --dtype fp32. Strategies that do not exist at a rank count (hamilton at 4 and 6 ranks)
 # are listed as such. SPATTN_SWEEP_PASS=forward checks the forward alone (out and lse).
+# SPATTN_SWEEP_DOC_LENS=L1,L2,... runs every strategy that takes packed documents on those
+# (--doc-lens, in place of --seq) and lists usp, which takes none, as such.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -45,6 +47,13 @@ for algo in ring zigzag ulysses hamilton hamilton2 allgather usp; do
         continue
       fi
       read -r -a shape <<<"$(run_arguments "$algo" "$ranks")"
+      if [[ -n ${SPATTN_SWEEP_DOC_LENS:-} ]]; then
+        if [[ $algo == usp ]]; then
+          printf '%-10s %-6s %-6s usp takes no packed documents\n' "$algo" "$ranks" "$causal"
+          continue
+        fi
+        shape=(--doc-lens "$SPATTN_SWEEP_DOC_LENS" "${shape[@]:2}")  # in place of --seq S
+      fi
       flags=("${shape[@]}" --head-dim 64 --dtype bf16)
       [[ $causal == yes ]] && flags+=(--causal)
       [[ ${SPATTN_SWEEP_PASS:-backward} == backward ]] && flags+=(--backward)

@@ -14,7 +14,8 @@
 #   ctest        the whole CTest suite: CPU unit tests, mpirun tests at 1..8 ranks, GPU tests
 #                (SPATTN_CTEST_REGEX, when set, runs only the tests it matches)
 #   sweep        `spattn run --device cuda --check --backward` for every strategy, causal and not,
-#                at SPATTN_SWEEP_RANKS ranks (default 1 2 3 8) over the machine's GPUs
+#                at SPATTN_SWEEP_RANKS ranks (default 1 2 3 8) over the machine's GPUs; with
+#                SPATTN_SWEEP_DOC_LENS=L1,L2,... on those packed documents (scripts/check-sweep.sh)
 #   forward-sweep  the same without --backward (out and lse only), for each --kernel in
 #                SPATTN_SWEEP_KERNELS (default own cudnn): forward-sweep-KERNEL.log
 #   faults       StalledRankOnGpus and PlanMemoryOnGpus at one rank per GPU (SPATTN_FAULTS_FILTER, a
