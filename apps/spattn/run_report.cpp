@@ -5,27 +5,25 @@
 #include <iomanip>
 #include <sstream>
 
+#include "spattn/attention_options.hpp"
+
 namespace spattn::app {
 
 double forward_flop(const RunOptions& options) {
   const double per_pair = 4.0 * static_cast<double>(options.batch * options.heads * options.head_dim);
   const bool windowed = options.window_left >= 0 || (options.window_right >= 0 && !options.causal);
-  const int64_t right = options.causal ? std::min<int64_t>(options.window_right < 0 ? 0 : options.window_right, 0)
-                                       : options.window_right;
+  AttentionOptions attention;
+  attention.causal = options.causal;
+  attention.window_left = options.window_left;
+  attention.window_right = options.window_right;
+  const AttentionMask mask = AttentionMask::from_options(attention);
   const std::vector<int64_t> documents =
       options.document_lengths.empty() ? std::vector<int64_t>{options.seq} : options.document_lengths;
   double pairs = 0;
   for (int64_t length : documents) {
     const double S = static_cast<double>(length);
-    if (!windowed) {
-      pairs += S * S * (options.causal ? 0.5 : 1.0);
-      continue;
-    }
-    for (int64_t query = 0; query < length; ++query) {
-      const int64_t first = options.window_left < 0 ? 0 : std::max<int64_t>(0, query - options.window_left);
-      const int64_t last = right < 0 ? length - 1 : std::min<int64_t>(length - 1, query + right);
-      pairs += static_cast<double>(std::max<int64_t>(0, last - first + 1));
-    }
+    pairs += windowed ? static_cast<double>(mask.visible_pairs(0, length, 0, length))
+                      : S * S * (options.causal ? 0.5 : 1.0);
   }
   return per_pair * pairs;
 }

@@ -40,18 +40,6 @@ int64_t kv_heads_per_group(int64_t kv_heads) {
   return kv_heads / groups;
 }
 
-// A chunk of another rank's shard that one of this rank's query chunks sees.
-struct VisibleChunk {
-  int rank = 0;
-  SequenceChunk chunk;
-};
-
-// One of this rank's query chunks (cut to its document's real tokens) and the chunks it sees.
-struct QueryBlock {
-  SequenceChunk queries;
-  std::vector<VisibleChunk> keys;
-};
-
 }  // namespace
 
 class AllGatherStrategy final : public StrategyBase {
@@ -68,24 +56,14 @@ class AllGatherStrategy final : public StrategyBase {
         heads_per_kv_head(call_shape.heads / call_shape.kv_heads),
         group_kv_heads(kv_heads_per_group(call_shape.kv_heads)),
         groups(static_cast<int>(call_shape.kv_heads / group_kv_heads)) {
-    const DocumentLayout* packed = documents ? &*documents : nullptr;
-    for (const SequenceChunk& chunk : sequence_layout.chunks(rank)) {
-      QueryBlock block{real_part(packed, chunk), {}};
-      const SequenceChunk& queries = block.queries;
-      for (int source = 0; source < ranks && queries.length > 0; ++source)
-        for (const SequenceChunk& source_chunk : sequence_layout.chunks(source)) {
-          const SequenceChunk keys = real_part(packed, source_chunk);
-          if (keys.length > 0 && same_document(packed, queries.position, keys.position) &&
-              mask.any_visible(queries.position, queries.position + queries.length, keys.position,
-                               keys.position + keys.length))
-            block.keys.push_back({source, keys});
-        }
-      // Rows that see no key, padding among them: out = 0, lse = -inf.
-      const int64_t seen = block.keys.empty() ? 0 : queries.length;
-      if (seen < chunk.length)
-        rows_without_keys.push_back({chunk.position + seen, chunk.length - seen, chunk.local_offset + seen});
-      if (!block.keys.empty()) query_blocks.push_back(std::move(block));
-    }
+    // Every rank's chunks, as gathered: rank by rank, each at its offset in its rank's shard.
+    std::vector<SequenceChunk> keys;
+    for (int source = 0; source < ranks; ++source)
+      for (const SequenceChunk& chunk : sequence_layout.chunks(source)) {
+        keys.push_back(chunk);
+        owner_of_key.push_back(source);
+      }
+    pairing = pair_chunks(sequence_layout.chunks(rank), keys, mask, documents ? &*documents : nullptr);
   }
 
   void forward(const TensorView& q, const TensorView& k, const TensorView& v, TensorView out, TensorView lse,
@@ -208,17 +186,17 @@ class AllGatherStrategy final : public StrategyBase {
   // Each query chunk of this group's heads is one block over every chunk it sees, so the block
   // writes its rows of out (through final_out) and lse at once.
   void forward_group(const TensorView& q, const TensorView& out, const TensorView& lse, int group) {
-    for (const SequenceChunk& rows : rows_without_keys) {
+    for (const SequenceChunk& rows : pairing.rows_without_keys) {
       kernels->fill(query_heads(out.slice(1, rows.local_offset, rows.length), group), 0.0f);
       kernels->fill(lse_heads(lse.slice(2, rows.local_offset, rows.length), group),
                     -std::numeric_limits<float>::infinity());
     }
     const DeviceBuffer& keys = gathered[group % 2];
-    for (const QueryBlock& block : query_blocks) {
+    for (const ChunkBlock& block : pairing.blocks) {
       const SequenceChunk& queries = block.queries;
       forward_block.segments.clear();
-      for (const VisibleChunk& visible : block.keys) {
-        const KvHeads source = gathered_group(keys, shape.dtype, visible.rank);
+      for (const VisibleKey& visible : block.keys) {
+        const KvHeads source = gathered_group(keys, shape.dtype, owner_of_key[visible.index]);
         forward_block.segments.push_back({source.k.slice(1, visible.chunk.local_offset, visible.chunk.length),
                                           source.v.slice(1, visible.chunk.local_offset, visible.chunk.length),
                                           visible.chunk.position});
@@ -241,12 +219,13 @@ class AllGatherStrategy final : public StrategyBase {
     kernels->fill(TensorView::contiguous(gradients.data(), DType::f32,
                                          {static_cast<int64_t>(2 * group_elements()) * ranks}, kernels->device()),
                   0.0f);
-    for (const QueryBlock& block : query_blocks) {
+    for (const ChunkBlock& block : pairing.blocks) {
       const SequenceChunk& queries = block.queries;
       backward_block.segments.clear();
-      for (const VisibleChunk& visible : block.keys) {
-        const KvHeads source = gathered_group(keys, shape.dtype, visible.rank);
-        const KvHeads gradient = gathered_group(gradients, DType::f32, visible.rank);
+      for (const VisibleKey& visible : block.keys) {
+        const int owner = owner_of_key[visible.index];
+        const KvHeads source = gathered_group(keys, shape.dtype, owner);
+        const KvHeads gradient = gathered_group(gradients, DType::f32, owner);
         const int64_t offset = visible.chunk.local_offset;
         const int64_t length = visible.chunk.length;
         backward_block.segments.push_back(
@@ -285,8 +264,8 @@ class AllGatherStrategy final : public StrategyBase {
   const int64_t heads_per_kv_head;
   const int64_t group_kv_heads;  // kv heads per step, G
   const int groups;              // steps: HK / G
-  std::vector<QueryBlock> query_blocks;          // this rank's query chunks that see a key
-  std::vector<SequenceChunk> rows_without_keys;  // rows of this rank that see none
+  std::vector<int> owner_of_key;  // the rank of each key chunk pair_chunks was given
+  ChunkPairing pairing;           // this rank's query chunks with the chunks they see, and rows seeing none
 
   // Double buffers: index group % 2.
   DeviceBuffer packed[2];             // this rank's (k, v) of one group of kv heads, dtype

@@ -108,10 +108,6 @@ std::string show_scale(int64_t bits) {
   return text.str();
 }
 
-}  // namespace
-
-namespace {
-
 // The 64-bit FNV-1a hash of `values`' bytes: ranks given different document lengths differ in it.
 int64_t fingerprint(const std::vector<int64_t>& values) {
   uint64_t hash = 14695981039346656037ull;

@@ -54,15 +54,14 @@ class RotationStrategy final : public StrategyBase {
   // The ranks of `communicator` agreed on the call (make_rotation_strategy).
   // `documents`: the packed documents when the call has them (the layout is theirs).
   RotationStrategy(Communicator& communicator, const RotationKind& kind, std::vector<CallField> signature,
-                   SequenceLayout layout, std::optional<DocumentLayout> call_documents,
+                   SequenceLayout layout, const std::optional<DocumentLayout>& documents,
                    const AttentionShape& call_shape, const AttentionOptions& call_options)
       : StrategyBase(communicator, std::move(signature), std::move(layout), call_shape, call_options),
         schedule(rotation_cycles(kind.algorithm, communicator.size(), kind.nodes), communicator.size()),
         rank(communicator.rank()),
         ranks(communicator.size()),
         slots(schedule.slots()),
-        slot_cut(sequence_layout, slots),
-        documents(std::move(call_documents)) {
+        slot_cut(sequence_layout, slots) {
     const DocumentLayout* packed = documents ? &*documents : nullptr;
     for (int step = 0; step < ranks; ++step)
       blocks_of_step.push_back(rotation_step_blocks(sequence_layout, slot_cut, schedule, mask, packed, rank, step));
@@ -345,7 +344,6 @@ class RotationStrategy final : public StrategyBase {
   const int ranks;
   const int slots;
   const SlotCut slot_cut;
-  const std::optional<DocumentLayout> documents;
   std::vector<std::vector<RotationStepBlock>> blocks_of_step;  // this rank's blocks, per step
   struct BlockPosition {
     int step;
@@ -394,11 +392,11 @@ std::unique_ptr<Strategy> agree_and_make_rotation_strategy(Communicator& communi
     return std::make_unique<RotationStrategy>(communicator, kind, std::move(signature), std::move(layout),
                                               std::nullopt, shape, options);
   }
-  DocumentLayout documents =
+  const DocumentLayout documents =
       strategy_document_layout(kind.algorithm, ranks, options.causal, kind.nodes, options.document_lengths);
   SequenceLayout layout = documents.sequence_layout();
   return std::make_unique<RotationStrategy>(communicator, kind, std::move(signature), std::move(layout),
-                                            std::move(documents), shape, options);
+                                            documents, shape, options);
 }
 
 }  // namespace

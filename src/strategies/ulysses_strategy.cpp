@@ -88,14 +88,6 @@ std::vector<HeadGroup> head_groups(const HeadRange& query_heads, int64_t group_s
 // Whether data arriving for a place overwrites it or is added to it.
 enum class Arrival { overwrite, sum };
 
-// A block of the local attention over the gathered sequence (rank p's tokens at p * S_local):
-// queries and the keys they see, each with its global position and its offset in the gathered
-// sequence (local_offset).
-struct GatheredBlock {
-  SequenceChunk queries;
-  std::vector<SequenceChunk> keys;
-};
-
 }  // namespace
 
 class UlyssesStrategy final : public StrategyBase {
@@ -125,8 +117,12 @@ class UlyssesStrategy final : public StrategyBase {
     own_kv_heads = kv_heads_of[static_cast<std::size_t>(rank)].count;
     groups = head_groups(query_heads_of[static_cast<std::size_t>(rank)], group_size);
     describe_exchanges();
-    if (documents) find_document_blocks(*documents);
-    else gathered_blocks = {{{0, group_seq, 0}, {{0, group_seq, 0}}}};  // the whole sequence, in order
+    // The local attention's blocks over the gathered sequence (rank p's tokens at p * S_local):
+    // without documents one block of the whole sequence, which is in order; with them every part
+    // of a document (one per rank) against every part of it.
+    const std::vector<SequenceChunk> parts =
+        documents ? gathered_parts() : std::vector<SequenceChunk>{{0, group_seq, 0}};
+    pairing = pair_chunks(parts, parts, mask, documents ? &*documents : nullptr);
   }
 
   void set_stream(void* stream) override {
@@ -304,48 +300,34 @@ class UlyssesStrategy final : public StrategyBase {
     gradients.allocate(*kernels, ranks);
   }
 
-  // Packed documents: every part of a document (one per rank) attends every part of it, each cut
-  // to the document's real tokens; padding rows see no key.
-  void find_document_blocks(const DocumentLayout& documents) {
-    std::vector<SequenceChunk> parts;  // every rank's parts, offsets in the gathered sequence
+  // Every rank's chunks with their offsets in the gathered sequence.
+  std::vector<SequenceChunk> gathered_parts() const {
+    std::vector<SequenceChunk> parts;
     for (int peer = 0; peer < ranks; ++peer)
       for (SequenceChunk chunk : sequence_layout.chunks(peer)) {
         chunk.local_offset += peer * local_seq;
         parts.push_back(chunk);
       }
-    for (const SequenceChunk& part : parts) {
-      GatheredBlock block{real_part(&documents, part), {}};
-      for (const SequenceChunk& other : parts) {
-        const SequenceChunk keys = real_part(&documents, other);
-        if (block.queries.length > 0 && keys.length > 0 &&
-            same_document(&documents, block.queries.position, keys.position) &&
-            mask.any_visible(block.queries.position, block.queries.position + block.queries.length, keys.position,
-                             keys.position + keys.length))
-          block.keys.push_back(keys);
-      }
-      const int64_t seen = block.keys.empty() ? 0 : block.queries.length;
-      if (seen < part.length)
-        rows_without_keys.push_back({part.position + seen, part.length - seen, part.local_offset + seen});
-      if (!block.keys.empty()) gathered_blocks.push_back(std::move(block));
-    }
+    return parts;
   }
 
   // Attention of this rank's query heads over the whole sequence with the block kernels.
   void attend_locally_forward() {
-    for (const SequenceChunk& rows : rows_without_keys) {
+    for (const SequenceChunk& rows : pairing.rows_without_keys) {
       kernels->fill(full_out.slice(kBshd.seq, rows.local_offset, rows.length), 0.0f);
       kernels->fill(full_lse.slice(kBhs.seq, rows.local_offset, rows.length), -std::numeric_limits<float>::infinity());
     }
     for (const HeadGroup& group : groups)
-      for (const GatheredBlock& block : gathered_blocks) {
+      for (const ChunkBlock& block : pairing.blocks) {
         const auto queries = [&](const TensorView& tensor, Axes axes) {
           return query_rows(tensor, axes, group, block);
         };
         forward_block.q = queries(full_q, kBshd);
         forward_block.q_position = block.queries.position;
         forward_block.segments.clear();
-        for (const SequenceChunk& keys : block.keys)
-          forward_block.segments.push_back({kv_rows(full_k, group, keys), kv_rows(full_v, group, keys), keys.position});
+        for (const VisibleKey& key : block.keys)
+          forward_block.segments.push_back(
+              {kv_rows(full_k, group, key.chunk), kv_rows(full_v, group, key.chunk), key.chunk.position});
         forward_block.mask = mask;
         forward_block.scale = scale;
         forward_block.out = queries(full_out, kBshd);
@@ -356,7 +338,7 @@ class UlyssesStrategy final : public StrategyBase {
 
   // The query heads of `group` and the queries of `block` in a gathered tensor with `axes`.
   static TensorView query_rows(const TensorView& tensor, Axes axes, const HeadGroup& group,
-                               const GatheredBlock& block) {
+                               const ChunkBlock& block) {
     return tensor.slice(axes.head, group.query.first, group.query.count)
         .slice(axes.seq, block.queries.local_offset, block.queries.length);
   }
@@ -371,18 +353,18 @@ class UlyssesStrategy final : public StrategyBase {
     kernels->fill(full_dk, 0.0f);
     kernels->fill(full_dv, 0.0f);
     for (const HeadGroup& group : groups)
-      for (const GatheredBlock& block : gathered_blocks) {
+      for (const ChunkBlock& block : pairing.blocks) {
         const auto queries = [&](const TensorView& tensor, Axes axes) {
           return query_rows(tensor, axes, group, block);
         };
         backward_block.q = queries(full_q, kBshd);
         backward_block.q_position = block.queries.position;
         backward_block.segments.clear();
-        for (const SequenceChunk& keys : block.keys)
+        for (const VisibleKey& key : block.keys)
           backward_block.segments.push_back(
-              {{kv_rows(full_k, group, keys), kv_rows(full_v, group, keys), keys.position},
-               kv_rows(full_dk, group, keys),
-               kv_rows(full_dv, group, keys)});
+              {{kv_rows(full_k, group, key.chunk), kv_rows(full_v, group, key.chunk), key.chunk.position},
+               kv_rows(full_dk, group, key.chunk),
+               kv_rows(full_dv, group, key.chunk)});
         backward_block.dout = queries(full_dout, kBshd);
         backward_block.out = output_travels() ? queries(full_out, kBshd) : TensorView{};
         backward_block.lse = queries(full_lse, kBhs);
@@ -463,8 +445,7 @@ class UlyssesStrategy final : public StrategyBase {
   int64_t kv_heads_per_block = 0;         // the most kv heads any rank reads
   int64_t own_kv_heads = 0;               // kv heads this rank reads
   std::vector<HeadGroup> groups;          // this rank's query heads as kernel calls
-  std::vector<GatheredBlock> gathered_blocks;    // the local attention's blocks over the gathered sequence
-  std::vector<SequenceChunk> rows_without_keys;  // gathered rows that see no key (padding among them)
+  ChunkPairing pairing;  // the local attention's blocks over the gathered sequence, and rows seeing no key
 
   AllToAllExchange forward_inputs;   // q, k, v
   AllToAllExchange forward_results;  // out, lse
