@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs `spattn run --check --backward` for every strategy, causal and not, at 1 to 8 ranks, and
 # prints one line per run: the max errors against the fp64 reference (distributed / single
-# device) and the verdict. Needs a build (scripts/build.sh). Extra arguments go to every run,
-# e.g. --dtype fp32. Strategies that do not exist at a rank count (hamilton at 4 and 6 ranks)
+# device) and the verdict (pass, fail, or error for a run that ended without its report). Needs a
+# build (scripts/build.sh). Extra arguments go to every run, e.g. --dtype fp32. Strategies that do not exist at a rank count (hamilton at 4 and 6 ranks)
 # are listed as such. SPATTN_SWEEP_PASS=forward checks the forward alone (out and lse).
 # SPATTN_SWEEP_DOC_LENS=L1,L2,... runs every strategy that takes packed documents on those
 # (--doc-lens, in place of --seq) and lists usp, which takes none, as such.
@@ -57,8 +57,14 @@ for algo in ring zigzag ulysses hamilton hamilton2 allgather usp; do
       flags=("${shape[@]}" --head-dim 64 --dtype bf16)
       [[ $causal == yes ]] && flags+=(--causal)
       [[ ${SPATTN_SWEEP_PASS:-backward} == backward ]] && flags+=(--backward)
-      line=$(mpirun --oversubscribe -np "$ranks" "${SPATTN_BIN:-$root/build/spattn}" run --algo "$algo" --check --json \
-             "${flags[@]}" "$@" | tail -n 1) || failed=1
+      # A run that ends without its report (an error, a crash) is listed as such and the sweep
+      # goes on: its error is in the output above its line.
+      if ! line=$(mpirun --oversubscribe -np "$ranks" "${SPATTN_BIN:-$root/build/spattn}" run --algo "$algo" \
+                  --check --json "${flags[@]}" "$@" | tail -n 1) || [[ $line != "{"* ]]; then
+        printf '%-10s %-6s %-6s the run ended without its report: error\n' "$algo" "$ranks" "$causal"
+        failed=1
+        continue
+      fi
       python3 - "$algo" "$ranks" "$causal" "$line" <<'PY'
 import json, sys
 algo, ranks, causal, line = sys.argv[1:]

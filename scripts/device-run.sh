@@ -386,14 +386,19 @@ else
 fi
 
 # ---- sweep ---------------------------------------------------------------------------------------------
+# Sets runs and failures: the runs a check-sweep.sh log lists and those that fail or ended in an error.
+count_sweep_runs() {
+  runs="$(grep -cE ' (pass|fail|error)$' "$1")"
+  failures="$(grep -cE ' (fail|error)$' "$1")"
+}
+
 if ! wants sweep; then
   :
 elif ((built)); then
   SPATTN_BIN="$build_dir/spattn" SPATTN_SWEEP_RANKS="${SPATTN_SWEEP_RANKS:-1 2 3 8}" \
     timeout "$(seconds_left)" bash "$root/scripts/check-sweep.sh" --device cuda >"$logs/sweep.log" 2>&1
   status=$?
-  runs="$(grep -cE ' (pass|fail)$' "$logs/sweep.log")"
-  failures="$(grep -cE ' fail$' "$logs/sweep.log")"
+  count_sweep_runs "$logs/sweep.log"
   if [[ $status -eq 0 && $failures -eq 0 ]]; then
     record sweep passed "$runs runs checked"
   else
@@ -412,8 +417,7 @@ elif ((built)); then
       timeout "$(seconds_left)" bash "$root/scripts/check-sweep.sh" --device cuda --kernel "$kernel" \
       >"$logs/forward-sweep-$kernel.log" 2>&1
     status=$?
-    runs="$(grep -cE ' (pass|fail)$' "$logs/forward-sweep-$kernel.log")"
-    failures="$(grep -cE ' fail$' "$logs/forward-sweep-$kernel.log")"
+    count_sweep_runs "$logs/forward-sweep-$kernel.log"
     if [[ $status -eq 0 && $failures -eq 0 ]]; then
       record forward-sweep passed "--kernel $kernel: $runs runs checked"
     else

@@ -37,6 +37,12 @@ std::vector<BlockCase> blocks() {
       {"window_right_only", 70, 100, {{100, 0}, {50, 300}}, AttentionMask{-1, 20}, 1, 4, 2},
       // Each query sees only the key at its own position.
       {"window_zero", 40, 10, {{50, 0}}, AttentionMask{0, 0}, 1, 4, 2},
+      // A document of one token: one query, one key (cuDNN's backward refuses s_q = s_kv = 1).
+      {"causal_one_query_one_key", 1, 37, {{1, 37}}, kCausal, 1, 4, 2},
+      {"nomask_one_query_one_key", 1, 5, {{1, 900}}, kNoMask, 1, 4, 4},
+      // Cuts of a packed sequence inside a chunk: many queries against one key, one against many.
+      {"causal_one_key", 40, 100, {{1, 60}}, kCausal, 2, 4, 2},
+      {"causal_one_query", 1, 200, {{64, 150}}, kCausal, 1, 4, 1},
   };
 }
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <limits>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "core/cuda/cuda_check.hpp"
@@ -69,7 +71,7 @@ CudaBlockKernels::~CudaBlockKernels() {
   try {
     CurrentDeviceGuard guard(elementwise_.device().index);
     cudaStreamSynchronize(elementwise_.stream());
-    for (Scratch* buffer : {&out_, &stats_, &dk_, &dv_, &final_out_, &final_dout_}) {
+    for (Scratch* buffer : {&out_, &stats_, &dk_, &dv_, &final_out_, &final_dout_, &key_twice_}) {
       if (buffer->data == nullptr) continue;
       record_release(elementwise_.device(), buffer->data);
       cudaFree(buffer->data);
@@ -194,29 +196,52 @@ void CudaBlockKernels::backward(const BackwardBlock& block) {
     const TensorView& k = segment.kv.k;
     const auto pieces = plan_cudnn_pieces(q.size(1), block.q_position, k.size(1), segment.kv.position, block.mask);
     for (const CudnnPiece& piece : pieces) {
-      const int64_t kv_elements = k.size(0) * piece.k_count * k.size(2) * k.size(3);
+      TensorView piece_k = k.slice(1, piece.k_begin, piece.k_count);
+      TensorView piece_v = segment.kv.v.slice(1, piece.k_begin, piece.k_count);
+      CudnnPiece call_mask = piece;
+      // cuDNN's backward refuses one query against one key (s_q = s_kv = 1), which one-token
+      // documents and cuts inside a chunk make: the call gets the key twice, row 0 seeing only
+      // the first copy (a right bound of 0), and the first copy's gradients are kept.
+      if (piece.q_count == 1 && piece.k_count == 1) {
+        std::tie(piece_k, piece_v) = key_twice(piece_k, piece_v);
+        call_mask.right_bound = 0;
+        call_mask.left_bound = -1;
+      }
+      const int64_t kv_elements = piece_k.numel();
       TensorView piece_dq = contiguous_rows(
           scratch(out_, bytes_of(q.dtype, q.size(0) * piece.q_count * q.size(2) * q.size(3))), q.dtype, q,
           piece.q_count, device);
-      TensorView piece_dk = contiguous_rows(scratch(dk_, bytes_of(q.dtype, kv_elements)), q.dtype, k, piece.k_count,
-                                            device);
-      TensorView piece_dv = contiguous_rows(scratch(dv_, bytes_of(q.dtype, kv_elements)), q.dtype, k, piece.k_count,
-                                            device);
+      TensorView piece_dk = contiguous_rows(scratch(dk_, bytes_of(q.dtype, kv_elements)), q.dtype, k,
+                                            piece_k.size(1), device);
+      TensorView piece_dv = contiguous_rows(scratch(dv_, bytes_of(q.dtype, kv_elements)), q.dtype, k,
+                                            piece_k.size(1), device);
       // cuDNN's stats must be (B, H, n) contiguous: the piece's rows of the final lse, copied.
       TensorView piece_lse = TensorView::contiguous(
           scratch(stats_, bytes_of(DType::f32, q.size(0) * q.size(2) * piece.q_count)), DType::f32,
           {q.size(0), q.size(2), piece.q_count}, device);
       elementwise_.copy(block.lse.slice(2, piece.q_begin, piece.q_count), piece_lse);
 
-      attention_.backward(q.slice(1, piece.q_begin, piece.q_count), k.slice(1, piece.k_begin, piece.k_count),
-                          segment.kv.v.slice(1, piece.k_begin, piece.k_count),
+      attention_.backward(q.slice(1, piece.q_begin, piece.q_count), piece_k, piece_v,
                           out.slice(1, piece.q_begin, piece.q_count), dout.slice(1, piece.q_begin, piece.q_count),
-                          piece_lse, piece, block.scale, piece_dq, piece_dk, piece_dv);
+                          piece_lse, call_mask, block.scale, piece_dq, piece_dk, piece_dv);
       elementwise_.add(piece_dq, block.dq.slice(1, piece.q_begin, piece.q_count));
-      elementwise_.add(piece_dk, segment.dk.slice(1, piece.k_begin, piece.k_count));
-      elementwise_.add(piece_dv, segment.dv.slice(1, piece.k_begin, piece.k_count));
+      elementwise_.add(piece_dk.slice(1, 0, piece.k_count), segment.dk.slice(1, piece.k_begin, piece.k_count));
+      elementwise_.add(piece_dv.slice(1, 0, piece.k_count), segment.dv.slice(1, piece.k_begin, piece.k_count));
     }
   }
+}
+
+std::pair<TensorView, TensorView> CudaBlockKernels::key_twice(const TensorView& k, const TensorView& v) {
+  const Device device = elementwise_.device();
+  const std::size_t bytes = bytes_of(k.dtype, 2 * k.numel());
+  auto* data = static_cast<char*>(scratch(key_twice_, 2 * bytes));
+  const TensorView k_twice = contiguous_rows(data, k.dtype, k, 2, device);
+  const TensorView v_twice = contiguous_rows(data + bytes, v.dtype, v, 2, device);
+  for (const int64_t copy : {0, 1}) {
+    elementwise_.copy(k, k_twice.slice(1, copy, 1));
+    elementwise_.copy(v, v_twice.slice(1, copy, 1));
+  }
+  return {k_twice, v_twice};
 }
 
 void CudaBlockKernels::merge(const TensorView& partial_out, const TensorView& partial_lse, TensorView running_out,

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "kernels/block_kernels.hpp"
@@ -77,6 +78,8 @@ class CudaBlockKernels final : public BlockKernels {
   };
   /// forward() through cuDNN, after the argument checks.
   void cudnn_forward(const ForwardBlock& block);
+  /// k and v (B, 1, HK, D) with their one key written twice: (B, 2, HK, D) each, in key_twice_.
+  std::pair<TensorView, TensorView> key_twice(const TensorView& k, const TensorView& v);
 
   const KernelChoice kernel_;
   CudaElementwiseKernels elementwise_;
@@ -88,6 +91,7 @@ class CudaBlockKernels final : public BlockKernels {
   Scratch dv_;     // backward: (B, m, HK, D)
   Scratch final_out_;   // backward: block.out in q's dtype when it comes in another dtype
   Scratch final_dout_;  // backward: block.dout in q's dtype when it comes in another dtype
+  Scratch key_twice_;   // backward: k then v (B, 2, HK, D) of a piece of one query and one key
   std::vector<SegmentPiece> forward_pieces_;  // reused by every forward call: no host allocation per block
   // The own forward's launches, all on this object's stream (set_stream orders a new stream after
   // the old one), share one; none with KernelChoice::cudnn.
