@@ -57,10 +57,11 @@ for algo in ring zigzag ulysses hamilton hamilton2 allgather usp; do
       flags=("${shape[@]}" --head-dim 64 --dtype bf16)
       [[ $causal == yes ]] && flags+=(--causal)
       [[ ${SPATTN_SWEEP_PASS:-backward} == backward ]] && flags+=(--backward)
-      # A run that ends without its report (an error, a crash) is listed as such and the sweep
-      # goes on: its error is in the output above its line.
-      if ! line=$(mpirun --oversubscribe -np "$ranks" "${SPATTN_BIN:-$root/build/spattn}" run --algo "$algo" \
-                  --check --json "${flags[@]}" "$@" | tail -n 1) || [[ $line != "{"* ]]; then
+      # A failed check still ends with its report (and a non-zero status); a run that ends
+      # without one (an error, a crash) is listed as an error, its message above its line.
+      line=$(mpirun --oversubscribe -np "$ranks" "${SPATTN_BIN:-$root/build/spattn}" run --algo "$algo" --check \
+             --json "${flags[@]}" "$@" | tail -n 1) || failed=1
+      if [[ $line != "{"* ]]; then
         printf '%-10s %-6s %-6s the run ended without its report: error\n' "$algo" "$ranks" "$causal"
         failed=1
         continue

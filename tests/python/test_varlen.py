@@ -59,27 +59,31 @@ def per_sequence_reference(problem: Problem, lengths, inputs):
     return {name: torch.cat(parts, dim=2 if name == "lse" else 1) for name, parts in results.items()}
 
 
-def single_rank_packed(problem: Problem, lengths, inputs):
-    """spattn's kernels on the whole packed sequence in this process: the same-dtype baseline."""
-    q, k, v, dout = (inputs[name] for name in ("q", "k", "v", "dout"))
+def single_rank_packed(problem: Problem, lengths, inputs, device: str):
+    """spattn's kernels on the whole packed sequence in this process, on `device`: the same-dtype
+    baseline, back on the CPU."""
+    q, k, v, dout = (inputs[name].to(device) for name in ("q", "k", "v", "dout"))
     options = dict(causal=problem.causal, window_left=problem.window[0], window_right=problem.window[1],
                    softmax_scale=problem.softmax_scale, document_lengths=list(lengths))
     out = torch.full_like(q, float("nan"))
-    lse = torch.full((1, problem.heads, problem.seq), float("nan"))
+    lse = torch.full((1, problem.heads, problem.seq), float("nan"), device=device)
     dq, dk, dv = (torch.full_like(x, float("nan")) for x in (q, k, v))
+    if q.is_cuda:
+        torch.cuda.synchronize()  # the local functions run on a stream of their own
     _core.local_forward(q, k, v, out, lse, **options)
     _core.local_backward(q, k, v, out, lse, dout, dq, dk, dv, **options)
-    return dict(zip(OUTPUTS, (out, lse, dq, dk, dv)))
+    return {name: tensor.cpu() for name, tensor in zip(OUTPUTS, (out, lse, dq, dk, dv))}
 
 
-def run_varlen(name: str, problem: Problem, local_lengths, inputs):
-    """`name` forward and backward on this rank's parts; out, lse, dq, dk, dv gathered into the packed order."""
+def run_varlen(name: str, problem: Problem, local_lengths, inputs, device: str):
+    """`name` forward and backward on this rank's parts on `device`; out, lse, dq, dk, dv gathered
+    into the packed order on the CPU."""
     func, algorithm, packing = FUNCTIONS[name]
     rank, ranks = dist.get_rank(), dist.get_world_size()
     lengths = [length * ranks for length in local_lengths]
     index = local_indices(algorithm, lengths, rank, ranks)
-    q, k, v, dout = (inputs[key][0, index] for key in ("q", "k", "v", "dout"))  # (T_local, heads, D)
-    cu_seqlens = torch.tensor([0] + local_lengths, dtype=torch.int32).cumsum(0).to(torch.int32)
+    q, k, v, dout = (inputs[key][0, index].to(device) for key in ("q", "k", "v", "dout"))  # (T_local, heads, D)
+    cu_seqlens = torch.tensor([0] + local_lengths, dtype=torch.int32).cumsum(0).to(torch.int32).to(device)
     options = dict(causal=problem.causal, window_size=problem.window, softmax_scale=problem.softmax_scale,
                    return_attn_probs=True)
     if packing == "separate":
@@ -99,7 +103,7 @@ def run_varlen(name: str, problem: Problem, local_lengths, inputs):
     local = dict(zip(OUTPUTS, [out, lse, *grads()]))
     gathered = {}
     for key, tensor in local.items():
-        tensor = tensor.detach().double().contiguous()
+        tensor = tensor.detach().double().cpu().contiguous()
         shards = [torch.empty_like(tensor) for _ in range(ranks)]
         dist.all_gather(shards, tensor)
         full = torch.empty((problem.heads, problem.seq) if key == "lse" else (problem.seq, *tensor.shape[1:]),
@@ -114,22 +118,30 @@ def run_varlen(name: str, problem: Problem, local_lengths, inputs):
     return gathered
 
 
-def check(name: str, dtype: torch.dtype, causal: bool, window=(-1, -1)):
+def measure(name: str, dtype: torch.dtype, causal: bool, window=(-1, -1), device: str = "cpu", head_dim: int = 16):
+    """`name` on `device` over this rank's parts of packed sequences: (its results gathered, the
+    single-rank baseline, the per-sequence fp64 reference, where: the case and its seed)."""
     _, algorithm, packing = FUNCTIONS[name]
     local_lengths = LOCAL_LENGTHS[algorithm]
     lengths = [length * dist.get_world_size() for length in local_lengths]
     heads, kv_heads = (2, 2) if packing == "qkv" else (4, 2)
-    problem = Problem(batch=1, seq=sum(lengths), heads=heads, kv_heads=kv_heads, head_dim=16, dtype=dtype,
+    problem = Problem(batch=1, seq=sum(lengths), heads=heads, kv_heads=kv_heads, head_dim=head_dim, dtype=dtype,
                       causal=causal, window=window)
     seed = fresh_seed()
     generator = torch.Generator().manual_seed(seed)
-    shapes = {"q": (1, problem.seq, heads, 16), "k": (1, problem.seq, kv_heads, 16),
-              "v": (1, problem.seq, kv_heads, 16), "dout": (1, problem.seq, heads, 16)}
+    shapes = {"q": (1, problem.seq, heads, head_dim), "k": (1, problem.seq, kv_heads, head_dim),
+              "v": (1, problem.seq, kv_heads, head_dim), "dout": (1, problem.seq, heads, head_dim)}
     inputs = {key: torch.randn(shape, generator=generator).to(dtype) for key, shape in shapes.items()}
-    failures = accuracy_failures(run_varlen(name, problem, local_lengths, inputs),
-                                 single_rank_packed(problem, lengths, inputs),
-                                 per_sequence_reference(problem, lengths, inputs))
-    assert not failures, f"{name} {problem} sequences {lengths} at {dist.get_world_size()} ranks, seed {seed}: {failures}"
+    where = f"{name} {problem} sequences {lengths} at {dist.get_world_size()} ranks on {device}, seed {seed}"
+    return (run_varlen(name, problem, local_lengths, inputs, device),
+            single_rank_packed(problem, lengths, inputs, device), per_sequence_reference(problem, lengths, inputs),
+            where)
+
+
+def check(name: str, dtype: torch.dtype, causal: bool, window=(-1, -1)):
+    results, single, expected, where = measure(name, dtype, causal, window)
+    failures = accuracy_failures(results, single, expected)
+    assert not failures, f"{where}: {failures}"
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
