@@ -9,13 +9,22 @@
 // rank that needs most, spattn's own (memory_statistics: workspaces, cuDNN's) plus the caller's
 // tensors (q, k, v, out, lse, dout, dq, dk, dv).
 //
+// --documents M packs each sequence with M documents of random lengths (--document-seed) that sum
+// to it. Rows `spattn_documents` run each strategy on them (a query sees its own document only),
+// `spattn_documents_one_gpu` one GPU on all of them, and spattn's ring of the same tokens without
+// documents (every token sees every earlier one: a ring that knows no documents) comes beside them.
+// All of them count the documents' FLOP, the work the documents ask for. Each strategy's line
+// `work per rank` gives the most query-key pairs a rank computes over the mean (1: equal work).
+//
 //   mpirun -np N spattn_gpu_bench [--algos ring,zigzag,ulysses,hamilton,allgather,usp]
 //       [--tokens-per-gpu 8192,32768,65536] [--heads 32] [--kv-heads 32,8] [--head-dim 128]
 //       [--batch 1] [--dtype bf16] [--causal both|yes|no] [--warmup 2] [--iters 5]
 //       [--transport auto] [--kernel auto|own|cudnn] [--no-ideal] [--csv PATH] [--device-name TEXT]
+//       [--documents M] [--document-seed 1]
 //
 // FLOP by the flash-attention convention over the global sequence S: forward 4 B H S^2 D, half of
-// it under a causal mask; forward+backward 3.5x forward. Per-GPU TFLOP/s divides by the ranks.
+// it under a causal mask (with documents, the sum of that over the documents); forward+backward
+// 3.5x forward. Per-GPU TFLOP/s divides by the ranks.
 // Each time is the slowest rank's mean over --iters back-to-back calls after --warmup, bracketed
 // by device synchronization (no Profile, so nothing inside the calls synchronizes). The CSV has
 // the columns of bench/torch_context_parallel.py, so that bench/plot_results.py draws both.
@@ -31,6 +40,7 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -42,6 +52,7 @@
 #include "spattn/device_communicator.hpp"
 #include "spattn/device_memory.hpp"
 #include "spattn/distributed_attention.hpp"
+#include "spattn/document_layout.hpp"
 #include "spattn/error.hpp"
 #include "spattn/memory_statistics.hpp"
 #include "spattn/mpi_communicator.hpp"
@@ -65,6 +76,8 @@ struct BenchOptions {
   bool ideal = true;
   std::string csv;
   std::string device_name = "gpu";
+  int64_t documents = 0;  // 0: no packed documents
+  uint64_t document_seed = 1;
 };
 
 BenchOptions parse(int argc, char** argv) {
@@ -110,6 +123,10 @@ BenchOptions parse(int argc, char** argv) {
       options.csv = value();
     } else if (flag == "--device-name") {
       options.device_name = value();
+    } else if (flag == "--documents") {
+      options.documents = parse_counts(flag, value()).front();
+    } else if (flag == "--document-seed") {
+      options.document_seed = static_cast<uint64_t>(parse_counts(flag, value()).front());
     } else {
       SPATTN_FAIL("unknown option '" << flag << "'; see the comment at the top of bench/gpu_attention_bench.cpp");
     }
@@ -267,6 +284,50 @@ double forward_flop(const AttentionShape& shape, bool causal) {
   return causal ? flop / 2 : flop;
 }
 
+// The forward FLOP of packed documents of `lengths`: each document's on its own.
+double document_flop(AttentionShape shape, const std::vector<int64_t>& lengths, bool causal) {
+  double flop = 0;
+  for (const int64_t length : lengths) {
+    shape.seq = length;
+    flop += forward_flop(shape, causal);
+  }
+  return flop;
+}
+
+// `count` random document lengths, each at least 1, that sum to `tokens`: the pieces between
+// `count` - 1 distinct cut points drawn uniformly (the same on every rank: one seed, one binary).
+std::vector<int64_t> random_document_lengths(int64_t tokens, int64_t count, uint64_t seed) {
+  SPATTN_CHECK(count <= tokens, "--documents " << count << " is more than the " << tokens << " tokens to pack");
+  std::mt19937_64 generator(seed);
+  std::uniform_int_distribution<int64_t> cut(1, tokens - 1);
+  std::set<int64_t> cuts;
+  while (static_cast<int64_t>(cuts.size()) < count - 1) cuts.insert(cut(generator));
+  cuts.insert(tokens);
+  std::vector<int64_t> lengths;
+  int64_t previous = 0;
+  for (const int64_t end : cuts) {
+    lengths.push_back(end - previous);
+    previous = end;
+  }
+  return lengths;
+}
+
+// The most query-key pairs a rank of `algorithm` computes on the packed documents of `attention`
+// over the mean (1: equal work). Queries stay on their rank in every strategy that takes
+// documents but Ulysses, whose ranks each take an equal share of the heads over every token.
+double work_per_rank_imbalance(Algorithm algorithm, int ranks, const AttentionOptions& attention) {
+  if (algorithm == Algorithm::ulysses) return 1.0;
+  const DocumentLayout layout = plan_document_layout(algorithm, ranks, attention);
+  const AttentionMask mask = AttentionMask::from_options(attention);
+  int64_t most = 0, every = 0;
+  for (int rank = 0; rank < ranks; ++rank) {
+    const int64_t pairs = layout.query_pairs(rank, mask);
+    most = std::max(most, pairs);
+    every += pairs;
+  }
+  return every > 0 ? static_cast<double>(most) * ranks / static_cast<double>(every) : 1.0;
+}
+
 struct Row {
   std::string implementation, algorithm;
   int gpus = 1;
@@ -311,6 +372,94 @@ void write_rows(const BenchOptions& options, const std::vector<Row>& rows) {
   }
 }
 
+// Rank 0 writes `rows` (write_rows); then they are cleared.
+void write_and_clear(Communicator& world, const BenchOptions& options, std::vector<Row>& rows) {
+  if (world.rank() == 0) write_rows(options, rows);
+  rows.clear();
+}
+
+// Which timing runs, on stderr: a run stopped at its time limit says where it was.
+void announce(Communicator& world, const std::string& what, bool causal, int64_t seq) {
+  if (world.rank() == 0)
+    std::fprintf(stderr, "timing %s, %s, %lld tokens\n", what.c_str(), causal ? "causal" : "no mask",
+                 static_cast<long long>(seq));
+}
+
+// The rows of `measured` (forward and forward+backward; a pass not timed has none) like `common`,
+// for `flop` forward FLOP over its GPUs, against the ideal's times where it has them.
+void add_rows(std::vector<Row>& rows, const Row& common, const PassTimes& measured, double flop,
+              const PassTimes& ideal) {
+  for (const auto& [pass, ms, ideal_ms, factor] :
+       {std::make_tuple("forward", measured.forward_ms, ideal.forward_ms, 1.0),
+        std::make_tuple("forward+backward", measured.forward_backward_ms, ideal.forward_backward_ms, 3.5)}) {
+    if (ms <= 0) continue;
+    Row row = common;
+    row.pass = pass;
+    row.ms = ms;
+    row.tflops = factor * flop / (ms * 1e-3) * 1e-12 / row.gpus;
+    row.ideal_tflops = ideal_ms > 0 ? factor * flop / (ideal_ms * 1e-3) * 1e-12 : 0;
+    row.peak_mib = measured.peak_mib;
+    rows.push_back(row);
+  }
+}
+
+// The packed-documents rows of one sequence `shape` (see --documents at the top): one GPU on all
+// the documents, each strategy on them with its work per rank, and spattn's ring of the same
+// tokens without documents, all at the documents' FLOP.
+void time_documents(Communicator& world, Communicator& communicator, Communicator& alone, const BenchOptions& options,
+                    const AttentionShape& shape, AttentionOptions attention, const std::string& spattn_name,
+                    int64_t tokens_per_gpu) {
+  const int gpus = world.size();
+  const bool causal = attention.causal;
+  attention.document_lengths = random_document_lengths(shape.seq, options.documents, options.document_seed);
+  const double flop = document_flop(shape, attention.document_lengths, causal);
+  if (world.rank() == 0) {
+    std::printf("documents of %lld tokens:", static_cast<long long>(shape.seq));
+    for (const int64_t length : attention.document_lengths) std::printf(" %lld", static_cast<long long>(length));
+    std::printf("\n");
+  }
+  const std::string name = spattn_name + "_documents";
+  std::vector<Row> rows;
+  PassTimes ideal;
+  if (options.ideal) {
+    announce(world, name + "_one_gpu", causal, shape.seq);
+    ideal = measure_on_every_rank(world, "the ideal on documents", [&] {
+              return time_strategy(alone, alone, Algorithm::ring, shape, attention, options);
+            }).value_or(PassTimes{});
+    add_rows(rows, Row{name + "_one_gpu", "local", 1, shape.seq, shape.kv_heads, causal}, ideal, flop, PassTimes{});
+    write_and_clear(world, options, rows);
+  }
+  for (const std::string& algorithm_name : options.algorithms) {
+    const Algorithm algorithm = parse_algorithm(algorithm_name);
+    if (!documents_unsupported(algorithm, attention.document_lengths).empty()) {
+      if (world.rank() == 0) std::printf("%s takes no packed documents\n", algorithm_name.c_str());
+      continue;
+    }
+    AttentionShape padded = shape;
+    padded.seq = plan_document_layout(algorithm, gpus, attention).sequence_layout().global_length();
+    announce(world, name + " " + algorithm_name, causal, padded.seq);
+    const std::optional<PassTimes> measured = measure_on_every_rank(world, algorithm_name, [&] {
+      return time_strategy(world, communicator, algorithm, padded, attention, options);
+    });
+    if (!measured) continue;
+    if (world.rank() == 0)
+      std::printf("%s work per rank: the most over the mean %.4f (%lld tokens of padding)\n", algorithm_name.c_str(),
+                  work_per_rank_imbalance(algorithm, gpus, attention), static_cast<long long>(padded.seq - shape.seq));
+    add_rows(rows, Row{name, algorithm_name, gpus, tokens_per_gpu, shape.kv_heads, causal}, *measured, flop, ideal);
+    write_and_clear(world, options, rows);
+  }
+  // The ring that knows no documents: the whole sequence under the mask alone.
+  AttentionOptions plain = attention;
+  plain.document_lengths.clear();
+  announce(world, spattn_name + " ring without documents", causal, shape.seq);
+  const std::optional<PassTimes> measured = measure_on_every_rank(world, "ring without documents", [&] {
+    return time_strategy(world, communicator, Algorithm::ring, shape, plain, options);
+  });
+  if (!measured) return;
+  add_rows(rows, Row{spattn_name, "ring", gpus, tokens_per_gpu, shape.kv_heads, causal}, *measured, flop, ideal);
+  write_and_clear(world, options, rows);
+}
+
 int run(int argc, char** argv) {
   const BenchOptions options = parse(argc, argv);
   MpiCommunicator world;
@@ -336,74 +485,54 @@ int run(int argc, char** argv) {
             options.kernel == KernelChoice::automatic ? "spattn" : "spattn_" + kernel_choice_name(options.kernel);
         const AttentionShape shape{options.batch, tokens * gpus, options.heads, kv_heads, options.head_dim,
                                    options.dtype};
+        if (options.documents > 0) {
+          time_documents(world, *communicator, *alone, options, shape, attention, spattn_name, tokens);
+          continue;
+        }
         const double flop = forward_flop(shape, causal);
         std::vector<Row> rows;
-        const auto write_and_clear = [&] {
-          if (world.rank() == 0) write_rows(options, rows);
-          rows.clear();
-        };
-        // Which timing runs, on stderr: a run stopped at its time limit says where it was.
-        const auto announce = [&](const std::string& what, int64_t seq) {
-          if (world.rank() == 0)
-            std::fprintf(stderr, "timing %s, %s, %lld tokens\n", what.c_str(), causal ? "causal" : "no mask",
-                         static_cast<long long>(seq));
-        };
         PassTimes ideal;
         if (options.ideal) {
           // Each may fail for want of memory: the whole sequence on one GPU.
-          announce(spattn_name + "_one_gpu", shape.seq);
+          announce(world, spattn_name + "_one_gpu", causal, shape.seq);
           ideal = measure_on_every_rank(world, "the ideal", [&] {
                     return time_strategy(*alone, *alone, Algorithm::ring, shape, attention, options);
                   }).value_or(PassTimes{});
-          announce("cudnn_call_one_gpu", shape.seq);
+          announce(world, "cudnn_call_one_gpu", causal, shape.seq);
           const PassTimes cudnn = measure_on_every_rank(world, "cuDNN alone", [&] {
                                     return time_cudnn_alone(*alone, shape, causal, options);
                                   }).value_or(PassTimes{});
-          announce("own_call_one_gpu", shape.seq);
+          announce(world, "own_call_one_gpu", causal, shape.seq);
           const PassTimes own = measure_on_every_rank(world, "the own kernel alone", [&] {
                                   return time_own_forward_alone(*alone, shape, causal, options);
                                 }).value_or(PassTimes{});
           for (const auto& [implementation, times] :
                {std::make_pair(spattn_name + "_one_gpu", ideal), std::make_pair(std::string("cudnn_call_one_gpu"), cudnn),
                 std::make_pair(std::string("own_call_one_gpu"), own)})
-            for (const auto& [pass, ms, factor] : {std::make_tuple("forward", times.forward_ms, 1.0),
-                                                   std::make_tuple("forward+backward", times.forward_backward_ms, 3.5)})
-              if (ms > 0)
-                rows.push_back({implementation, "local", 1, shape.seq, kv_heads, causal, pass, ms,
-                                factor * flop / (ms * 1e-3) * 1e-12, 0, times.peak_mib});
-          write_and_clear();
+            add_rows(rows, Row{implementation, "local", 1, shape.seq, kv_heads, causal}, times, flop, PassTimes{});
+          write_and_clear(world, options, rows);
         }
         // One GPU on one rank's shard alone (tokens per GPU, no communication): what each
         // strategy's time and memory per GPU compare with.
         {
           const AttentionShape shard{options.batch, tokens, options.heads, kv_heads, options.head_dim, options.dtype};
-          announce(spattn_name + "_local_shard", tokens);
+          announce(world, spattn_name + "_local_shard", causal, tokens);
           const PassTimes local = measure_on_every_rank(world, "the local shard", [&] {
                                     return time_strategy(*alone, *alone, Algorithm::ring, shard, attention, options);
                                   }).value_or(PassTimes{});
-          for (const auto& [pass, ms, factor] : {std::make_tuple("forward", local.forward_ms, 1.0),
-                                                 std::make_tuple("forward+backward", local.forward_backward_ms, 3.5)})
-            if (ms > 0)
-              rows.push_back({spattn_name + "_local_shard", "local", 1, tokens, kv_heads, causal, pass, ms,
-                              factor * forward_flop(shard, causal) / (ms * 1e-3) * 1e-12, 0, local.peak_mib});
-          write_and_clear();
+          add_rows(rows, Row{spattn_name + "_local_shard", "local", 1, tokens, kv_heads, causal}, local,
+                   forward_flop(shard, causal), PassTimes{});
+          write_and_clear(world, options, rows);
         }
         for (const std::string& name : options.algorithms) {
-          announce(spattn_name + " " + name, shape.seq);
+          announce(world, spattn_name + " " + name, causal, shape.seq);
           // A refused plan (e.g. hamilton at 4 ranks) is refused on every rank alike.
           const std::optional<PassTimes> measured = measure_on_every_rank(world, name, [&] {
             return time_strategy(world, *communicator, parse_algorithm(name), shape, attention, options);
           });
           if (!measured) continue;
-          const PassTimes& times = *measured;
-          for (const auto& [pass, ms, ideal_ms, factor] :
-               {std::make_tuple("forward", times.forward_ms, ideal.forward_ms, 1.0),
-                std::make_tuple("forward+backward", times.forward_backward_ms, ideal.forward_backward_ms, 3.5)}) {
-            const double ideal_tflops = ideal_ms > 0 ? factor * flop / (ideal_ms * 1e-3) * 1e-12 : 0;
-            rows.push_back({spattn_name, name, gpus, tokens, kv_heads, causal, pass, ms,
-                            factor * flop / (ms * 1e-3) * 1e-12 / gpus, ideal_tflops, times.peak_mib});
-          }
-          write_and_clear();
+          add_rows(rows, Row{spattn_name, name, gpus, tokens, kv_heads, causal}, *measured, flop, ideal);
+          write_and_clear(world, options, rows);
         }
       }
     }

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "spattn/attention_options.hpp"
 #include "spattn/sequence_layout.hpp"
 #include "spattn/tensor.hpp"
 
@@ -53,6 +54,9 @@ class DocumentLayout {
   int64_t real_tokens(int64_t padded_position, int64_t length) const;
   /// Padding tokens in `rank`'s shard.
   int64_t local_padding(int rank) const;
+  /// The query-key pairs that `rank`'s real queries see under `mask` within their documents:
+  /// the rank's share of the work where queries stay on their rank (the rotations, all-gather).
+  int64_t query_pairs(int rank, const AttentionMask& mask) const;
   /// e.g. "zigzag per document over 4 ranks: 3 documents, 4103 tokens and 9 of padding".
   std::string describe() const;
 

@@ -83,6 +83,18 @@ int64_t DocumentLayout::local_padding(int rank) const {
   return sequence_layout_.local_length() - real;
 }
 
+int64_t DocumentLayout::query_pairs(int rank, const AttentionMask& mask) const {
+  int64_t pairs = 0;
+  for (const SequenceChunk& chunk : sequence_layout_.chunks(rank)) {
+    const int64_t real = real_tokens(chunk.position, chunk.length);
+    const auto document = static_cast<std::size_t>(document_at(chunk.position));
+    const int64_t keys_begin = padded_starts_[document];
+    pairs += mask.visible_pairs(chunk.position, chunk.position + real, keys_begin,
+                                keys_begin + document_lengths_[document]);
+  }
+  return pairs;
+}
+
 std::string DocumentLayout::describe() const {
   std::ostringstream text;
   text << layout_name(kind_) << " per document over " << ranks() << " rank" << (ranks() == 1 ? "" : "s") << ": "

@@ -82,6 +82,34 @@ TEST_P(EveryDocumentLayout, ShardThenUnshardRestoresThePackedTensorAndZeroesPadd
   EXPECT_EQ(restored, packed);
 }
 
+TEST_P(EveryDocumentLayout, QueryPairsCountWhatEachRanksRealQueriesSee) {
+  const std::vector<int64_t> lengths = awkward_lengths();
+  for (const AttentionMask mask : {AttentionMask{-1, -1}, AttentionMask{-1, 0}, AttentionMask{3, 0},
+                                   AttentionMask{2, 5}}) {
+    int64_t every_document = 0;  // the pairs of the documents themselves, unsharded
+    for (int64_t length : lengths) every_document += mask.visible_pairs(0, length, 0, length);
+    for (int ranks = 1; ranks <= 5; ++ranks) {
+      SCOPED_TRACE("mask (" + std::to_string(mask.left) + ", " + std::to_string(mask.right) + "), ranks " +
+                   std::to_string(ranks));
+      const DocumentLayout layout(GetParam(), lengths, ranks);
+      int64_t every_rank = 0;
+      for (int rank = 0; rank < ranks; ++rank) {
+        int64_t counted = 0;  // query by query, key by key
+        for (const SequenceChunk& chunk : layout.sequence_layout().chunks(rank))
+          for (int64_t query = chunk.position; query < chunk.position + chunk.length; ++query) {
+            const auto document = static_cast<std::size_t>(layout.document_at(query));
+            const int64_t start = layout.padded_starts()[document], end = start + lengths[document];
+            if (query >= end) continue;  // padding asks nothing
+            for (int64_t key = start; key < end; ++key) counted += mask.visible(query, key) ? 1 : 0;
+          }
+        EXPECT_EQ(layout.query_pairs(rank, mask), counted) << "rank " << rank;
+        every_rank += counted;
+      }
+      EXPECT_EQ(every_rank, every_document);
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Layouts, EveryDocumentLayout, ::testing::Values(LayoutKind::contiguous, LayoutKind::zigzag));
 
 TEST(DocumentLayout, ZigzagGivesEveryRankTheSameCausalWorkWithinDocuments) {
