@@ -39,6 +39,24 @@ std::string input_dtype_unsupported(DeviceKind kind, DType dtype);
 /// forward does. Plans ask this on every rank before their first transfer.
 std::string block_kernels_unsupported(const Device& device, KernelChoice kernel, DType dtype, int64_t head_dim);
 
+/// How a plan splits packed documents over its ranks.
+enum class DocumentSplit {
+  /// Each document on its own, in the strategy's layout: every rank holds an equal part of every
+  /// document (zigzag parts where that balances causal work). Each document is padded to split.
+  per_document,
+  /// The packed sequence as one, contiguously: rank r holds tokens [r T/N, (r+1) T/N), documents
+  /// cut wherever the ranks' boundaries fall (Llama 3's context parallelism; ring-flash-attn's
+  /// llama3 functions). The sequence is padded at its end to split. All-gather only.
+  whole_sequence,
+};
+
+/// "per_document" or "whole_sequence".
+std::string document_split_name(DocumentSplit split);
+
+/// The DocumentSplit of document_split_name's `name`; throws Error naming `name` and the allowed
+/// names otherwise.
+DocumentSplit parse_document_split(const std::string& name);
+
 /// Options shared by every strategy. Positions are global (in the full sequence), so a mask
 /// means the same on every rank and at every step.
 struct AttentionOptions {
@@ -62,6 +80,8 @@ struct AttentionOptions {
   /// seq is the padded length, and padding is never attended (its rows get out 0, lse -inf, no
   /// gradient).
   std::vector<int64_t> document_lengths = {};
+  /// How the plan splits the documents over its ranks (with document_lengths only).
+  DocumentSplit document_split = DocumentSplit::per_document;
 };
 
 /// "" when `lengths` are document lengths spattn takes: each at least 1 token (none: one

@@ -1,10 +1,12 @@
 #pragma once
 /// \file document_layout.hpp
-/// Packed documents (variable-length sequences, flash-attn's cu_seqlens) split over ranks for
-/// balance: every rank holds an equal part of every document, so that each rank's work is the
-/// same whatever the documents' lengths. A document whose length does not split is padded at its
-/// end; the padding is reported, filled with zeros in the shards and dropped when the shards are
-/// put back, and nothing is truncated.
+/// Packed documents (variable-length sequences, flash-attn's cu_seqlens) split over ranks. Per
+/// document (the default), for balance: every rank holds an equal part of every document, so that
+/// each rank's work is the same whatever the documents' lengths, and a document whose length does
+/// not split is padded at its end. As a whole sequence (Llama 3's context parallelism): rank r
+/// holds the r-th of N equal stretches of the packed sequence, padded at its end. Padding is
+/// reported, filled with zeros in the shards and dropped when the shards are put back, and
+/// nothing is truncated.
 
 #include <cstdint>
 #include <string>
@@ -25,7 +27,13 @@ class DocumentLayout {
   /// Throws Error naming the value and what is allowed: ranks below 1, no documents, a length
   /// below 1.
   DocumentLayout(LayoutKind kind, std::vector<int64_t> document_lengths, int ranks);
+  /// DocumentSplit::whole_sequence: the packed sequence padded to the next multiple of N (the
+  /// last document takes the padding), rank r holding its r-th of N contiguous stretches. Throws
+  /// like the constructor.
+  static DocumentLayout whole_sequence(std::vector<int64_t> document_lengths, int ranks);
 
+  DocumentSplit split() const { return split_; }
+  /// How each document (per_document) or the whole sequence (whole_sequence) is cut.
   LayoutKind kind() const { return kind_; }
   int ranks() const { return sequence_layout_.ranks(); }
   int documents() const { return static_cast<int>(document_lengths_.size()); }
@@ -42,11 +50,14 @@ class DocumentLayout {
   /// The same in the padded packed sequence.
   const std::vector<int64_t>& padded_starts() const { return padded_starts_; }
   /// The layout of the padded packed sequence: a rank's shard holds its parts of the documents
-  /// in document order (SequenceLayout::per_document).
+  /// in document order (SequenceLayout::per_document), or its stretch of the whole sequence.
   const SequenceLayout& sequence_layout() const { return sequence_layout_; }
-  /// Where each document's part starts in every rank's shard, padding included, and the shard's
-  /// length at the back: the rank's cu_seqlens (the same on every rank).
-  const std::vector<int64_t>& local_starts() const { return local_starts_; }
+  /// `rank`'s chunks of sequence_layout() cut where documents end: each inside one document, in
+  /// shard order (split per document, the chunks themselves).
+  std::vector<SequenceChunk> chunks(int rank) const;
+  /// Where each document that `rank` holds a part of starts in its shard, padding included, and
+  /// the shard's length at the back: the rank's cu_seqlens (per document, the same on every rank).
+  std::vector<int64_t> local_starts(int rank) const;
   /// The document that holds `padded_position` (a position of the padded sequence).
   int document_at(int64_t padded_position) const;
   /// How many of the `length` tokens from `padded_position` (all in one document) are real: they
@@ -61,12 +72,14 @@ class DocumentLayout {
   std::string describe() const;
 
  private:
+  DocumentLayout(DocumentSplit split, LayoutKind kind, std::vector<int64_t> document_lengths, int ranks);
+
+  DocumentSplit split_;
   LayoutKind kind_;
   std::vector<int64_t> document_lengths_;
   std::vector<int64_t> padded_lengths_;
   std::vector<int64_t> packed_starts_;
   std::vector<int64_t> padded_starts_;
-  std::vector<int64_t> local_starts_;
   SequenceLayout sequence_layout_;
 };
 

@@ -10,17 +10,34 @@
 namespace spattn {
 namespace {
 
-// The lengths with each document padded to the next multiple of what `kind` cuts it into, after
-// checking the arguments (before any layout is built from them).
-std::vector<int64_t> padded_document_lengths(LayoutKind kind, const std::vector<int64_t>& lengths, int ranks) {
+// The lengths padded so that they split, after checking the arguments (before any layout is
+// built from them): per document, each to the next multiple of what `kind` cuts it into; as a
+// whole sequence, the last so that the sum splits into `ranks` stretches.
+std::vector<int64_t> padded_document_lengths(DocumentSplit split, LayoutKind kind, const std::vector<int64_t>& lengths,
+                                             int ranks) {
   SPATTN_CHECK(ranks >= 1, "the number of ranks must be at least 1, got " << ranks);
   SPATTN_CHECK(!lengths.empty(), "a packed sequence needs at least one document; got none");
-  const int64_t parts = (kind == LayoutKind::zigzag ? 2 : 1) * int64_t{ranks};
   const std::string error = document_lengths_error(lengths);
   SPATTN_CHECK(error.empty(), error);
-  std::vector<int64_t> padded;
-  for (int64_t length : lengths) padded.push_back((length + parts - 1) / parts * parts);
+  const int64_t parts = (kind == LayoutKind::zigzag ? 2 : 1) * int64_t{ranks};
+  const auto round_up = [parts](int64_t length) { return (length + parts - 1) / parts * parts; };
+  std::vector<int64_t> padded = lengths;
+  if (split == DocumentSplit::whole_sequence) {
+    int64_t tokens = 0;
+    for (int64_t length : lengths) tokens += length;
+    padded.back() += round_up(tokens) - tokens;
+    return padded;
+  }
+  for (int64_t& length : padded) length = round_up(length);
   return padded;
+}
+
+SequenceLayout padded_sequence_layout(DocumentSplit split, LayoutKind kind, const std::vector<int64_t>& padded,
+                                      int ranks) {
+  if (split == DocumentSplit::per_document) return SequenceLayout::per_document(kind, padded, ranks);
+  int64_t tokens = 0;
+  for (int64_t length : padded) tokens += length;
+  return SequenceLayout(kind, tokens, ranks);
 }
 
 // 0, then the running sums of `lengths`.
@@ -54,14 +71,47 @@ void check_document_shapes(const DocumentLayout& layout, const TensorView& packe
 }  // namespace
 
 DocumentLayout::DocumentLayout(LayoutKind kind, std::vector<int64_t> document_lengths, int ranks)
-    : kind_(kind),
+    : DocumentLayout(DocumentSplit::per_document, kind, std::move(document_lengths), ranks) {}
+
+DocumentLayout DocumentLayout::whole_sequence(std::vector<int64_t> document_lengths, int ranks) {
+  return DocumentLayout(DocumentSplit::whole_sequence, LayoutKind::contiguous, std::move(document_lengths), ranks);
+}
+
+DocumentLayout::DocumentLayout(DocumentSplit split, LayoutKind kind, std::vector<int64_t> document_lengths, int ranks)
+    : split_(split),
+      kind_(kind),
       document_lengths_(std::move(document_lengths)),
-      padded_lengths_(padded_document_lengths(kind, document_lengths_, ranks)),
+      padded_lengths_(padded_document_lengths(split, kind, document_lengths_, ranks)),
       packed_starts_(starts_of(document_lengths_)),
       padded_starts_(starts_of(padded_lengths_)),
-      sequence_layout_(SequenceLayout::per_document(kind, padded_lengths_, ranks)) {
-  local_starts_.push_back(0);
-  for (int64_t padded : padded_lengths_) local_starts_.push_back(local_starts_.back() + padded / ranks);
+      sequence_layout_(padded_sequence_layout(split, kind, padded_lengths_, ranks)) {}
+
+std::vector<SequenceChunk> DocumentLayout::chunks(int rank) const {
+  std::vector<SequenceChunk> cut;
+  for (SequenceChunk chunk : sequence_layout_.chunks(rank))
+    while (chunk.length > 0) {
+      const auto document = static_cast<std::size_t>(document_at(chunk.position));
+      SequenceChunk piece = chunk;
+      piece.length = std::min(chunk.length, padded_starts_[document + 1] - chunk.position);
+      cut.push_back(piece);
+      chunk.position += piece.length;
+      chunk.local_offset += piece.length;
+      chunk.length -= piece.length;
+    }
+  return cut;
+}
+
+std::vector<int64_t> DocumentLayout::local_starts(int rank) const {
+  std::vector<int64_t> starts;
+  int previous_document = -1;
+  for (const SequenceChunk& chunk : chunks(rank)) {
+    // A zigzag rank's two parts of a document lie side by side in its shard: one entry.
+    const int document = document_at(chunk.position);
+    if (document != previous_document) starts.push_back(chunk.local_offset);
+    previous_document = document;
+  }
+  starts.push_back(sequence_layout_.local_length());
+  return starts;
 }
 
 int DocumentLayout::document_at(int64_t padded_position) const {
@@ -79,13 +129,13 @@ int64_t DocumentLayout::real_tokens(int64_t padded_position, int64_t length) con
 
 int64_t DocumentLayout::local_padding(int rank) const {
   int64_t real = 0;
-  for (const SequenceChunk& chunk : sequence_layout_.chunks(rank)) real += real_part(*this, chunk).length;
+  for (const SequenceChunk& chunk : chunks(rank)) real += real_part(*this, chunk).length;
   return sequence_layout_.local_length() - real;
 }
 
 int64_t DocumentLayout::query_pairs(int rank, const AttentionMask& mask) const {
   int64_t pairs = 0;
-  for (const SequenceChunk& chunk : sequence_layout_.chunks(rank)) {
+  for (const SequenceChunk& chunk : chunks(rank)) {
     const int64_t real = real_tokens(chunk.position, chunk.length);
     const auto document = static_cast<std::size_t>(document_at(chunk.position));
     const int64_t keys_begin = padded_starts_[document];
@@ -97,7 +147,9 @@ int64_t DocumentLayout::query_pairs(int rank, const AttentionMask& mask) const {
 
 std::string DocumentLayout::describe() const {
   std::ostringstream text;
-  text << layout_name(kind_) << " per document over " << ranks() << " rank" << (ranks() == 1 ? "" : "s") << ": "
+  if (split_ == DocumentSplit::per_document) text << layout_name(kind_) << " per document";
+  else text << "the whole sequence " << layout_name(kind_);
+  text << " over " << ranks() << " rank" << (ranks() == 1 ? "" : "s") << ": "
        << documents() << " document" << (documents() == 1 ? "" : "s") << ", " << tokens() << " tokens and "
        << padding() << " of padding";
   return text.str();
@@ -106,7 +158,7 @@ std::string DocumentLayout::describe() const {
 void shard_documents(const DocumentLayout& layout, int rank, const TensorView& packed, TensorView local,
                      int seq_dim) {
   check_document_shapes(layout, packed, local, seq_dim);
-  for (const SequenceChunk& chunk : layout.sequence_layout().chunks(rank)) {
+  for (const SequenceChunk& chunk : layout.chunks(rank)) {
     const RealPart real = real_part(layout, chunk);
     if (real.length > 0)
       copy_host_tensor(packed.slice(seq_dim, real.packed_position, real.length),
@@ -119,7 +171,7 @@ void shard_documents(const DocumentLayout& layout, int rank, const TensorView& p
 void unshard_documents(const DocumentLayout& layout, int rank, const TensorView& local, TensorView packed,
                        int seq_dim) {
   check_document_shapes(layout, packed, local, seq_dim);
-  for (const SequenceChunk& chunk : layout.sequence_layout().chunks(rank)) {
+  for (const SequenceChunk& chunk : layout.chunks(rank)) {
     const RealPart real = real_part(layout, chunk);
     if (real.length > 0)
       copy_host_tensor(local.slice(seq_dim, chunk.local_offset, real.length),

@@ -61,24 +61,37 @@ LayoutKind document_layout_kind(Algorithm algorithm, int ranks, bool causal, int
 
 }  // namespace
 
-DocumentLayout strategy_document_layout(Algorithm algorithm, int ranks, bool causal, int nodes,
-                                        const std::vector<int64_t>& document_lengths) {
-  const std::string unsupported = documents_unsupported(algorithm, document_lengths);
-  SPATTN_CHECK(unsupported.empty(), unsupported);
-  return DocumentLayout(document_layout_kind(algorithm, ranks, causal, nodes), document_lengths, ranks);
-}
+namespace {
 
-std::string documents_error(Algorithm algorithm, int64_t seq, int ranks, bool causal, int nodes,
-                            const std::vector<int64_t>& document_lengths) {
-  const std::string unsupported = documents_unsupported(algorithm, document_lengths);
+// documents_error without the seq.
+std::string layout_error(Algorithm algorithm, int ranks, int nodes, const AttentionOptions& options) {
+  const std::string unsupported = documents_unsupported(algorithm, options.document_lengths);
   if (!unsupported.empty()) return unsupported;
+  if (options.document_split == DocumentSplit::whole_sequence && algorithm != Algorithm::allgather)
+    return "document_split whole_sequence (Llama 3's context parallelism) is all-gather's alone; " +
+           algorithm_name(algorithm) + " splits each document on its own: use document_split per_document";
   if (algorithm != Algorithm::allgather && algorithm != Algorithm::ulysses) {
-    const std::string cycles = rotation_form(algorithm, ranks, causal, nodes).cycles_error;
+    const std::string cycles = rotation_form(algorithm, ranks, options.causal, nodes).cycles_error;
     if (!cycles.empty()) return cycles;
   }
-  const std::string lengths = document_lengths_error(document_lengths);
-  if (!lengths.empty()) return lengths;
-  const DocumentLayout documents(document_layout_kind(algorithm, ranks, causal, nodes), document_lengths, ranks);
+  return document_lengths_error(options.document_lengths);
+}
+
+}  // namespace
+
+DocumentLayout strategy_document_layout(Algorithm algorithm, int ranks, int nodes, const AttentionOptions& options) {
+  const std::string error = layout_error(algorithm, ranks, nodes, options);
+  SPATTN_CHECK(error.empty(), error);
+  if (options.document_split == DocumentSplit::whole_sequence)
+    return DocumentLayout::whole_sequence(options.document_lengths, ranks);
+  return DocumentLayout(document_layout_kind(algorithm, ranks, options.causal, nodes), options.document_lengths,
+                        ranks);
+}
+
+std::string documents_error(Algorithm algorithm, int64_t seq, int ranks, int nodes, const AttentionOptions& options) {
+  const std::string error = layout_error(algorithm, ranks, nodes, options);
+  if (!error.empty()) return error;
+  const DocumentLayout documents = strategy_document_layout(algorithm, ranks, nodes, options);
   const int64_t padded = documents.sequence_layout().global_length();
   if (seq == padded) return "";
   return "seq " + std::to_string(seq) + " does not match the packed documents: " + documents.describe() +

@@ -42,18 +42,17 @@ RankCycles rotation_cycles(Algorithm algorithm, int ranks, int nodes);
 /// that its layout does not cut into its slots.
 std::string rotation_error(Algorithm algorithm, int64_t seq, int ranks, bool causal, int nodes);
 
-/// The packed documents of `document_lengths` as `algorithm` holds them at `ranks` ranks: each
-/// document split over the ranks in the strategy's layout (a rotation's rotation_form, all-gather's
-/// zigzag, Ulysses' contiguous), padded where it does not split. Throws Error for bad lengths or a strategy that takes
-/// no documents (documents_unsupported).
-DocumentLayout strategy_document_layout(Algorithm algorithm, int ranks, bool causal, int nodes,
-                                        const std::vector<int64_t>& document_lengths);
+/// The packed documents of options.document_lengths as `algorithm` holds them at `ranks` ranks,
+/// by options.document_split: each document split over the ranks in the strategy's layout (a
+/// rotation's rotation_form, all-gather's zigzag, Ulysses' contiguous), or the whole sequence
+/// contiguously (all-gather), padded where it does not split. Throws Error where documents_error
+/// finds one (but for the seq).
+DocumentLayout strategy_document_layout(Algorithm algorithm, int ranks, int nodes, const AttentionOptions& options);
 
-/// "" when `algorithm` runs the packed documents of `document_lengths` with `seq` tokens, else
-/// why: a strategy that takes no documents, a rotation without cycles, a bad length, or a seq
-/// other than the documents' padded length.
-std::string documents_error(Algorithm algorithm, int64_t seq, int ranks, bool causal, int nodes,
-                            const std::vector<int64_t>& document_lengths);
+/// "" when `algorithm` runs the packed documents of `options` with `seq` tokens, else why: a
+/// strategy that takes no documents, a split it does not take, a rotation without cycles, a bad
+/// length, or a seq other than the documents' padded length.
+std::string documents_error(Algorithm algorithm, int64_t seq, int ranks, int nodes, const AttentionOptions& options);
 
 /// ulysses: a contiguous layout and whole query heads per rank.
 std::string ulysses_error(const AttentionShape& shape, int ranks);

@@ -56,14 +56,18 @@ class AllGatherStrategy final : public StrategyBase {
         heads_per_kv_head(call_shape.heads / call_shape.kv_heads),
         group_kv_heads(kv_heads_per_group(call_shape.kv_heads)),
         groups(static_cast<int>(call_shape.kv_heads / group_kv_heads)) {
-    // Every rank's chunks, as gathered: rank by rank, each at its offset in its rank's shard.
+    // Every rank's chunks, as gathered: rank by rank, each at its offset in its rank's shard, cut
+    // where documents end (a rank's stretch of the whole sequence holds several).
+    const auto chunks_of = [&](int holder) {
+      return documents ? documents->chunks(holder) : sequence_layout.chunks(holder);
+    };
     std::vector<SequenceChunk> keys;
     for (int source = 0; source < ranks; ++source)
-      for (const SequenceChunk& chunk : sequence_layout.chunks(source)) {
+      for (const SequenceChunk& chunk : chunks_of(source)) {
         keys.push_back(chunk);
         owner_of_key.push_back(source);
       }
-    pairing = pair_chunks(sequence_layout.chunks(rank), keys, mask, documents ? &*documents : nullptr);
+    pairing = pair_chunks(chunks_of(rank), keys, mask, documents ? &*documents : nullptr);
   }
 
   void forward(const TensorView& q, const TensorView& k, const TensorView& v, TensorView out, TensorView lse,
@@ -287,8 +291,7 @@ std::unique_ptr<Strategy> make_allgather_strategy(Communicator& communicator, co
   const bool packed = !options.document_lengths.empty();
   agree_on_call(communicator,
                 first_error({caller_error, shape_and_options_error(shape, options, communicator.device()),
-                             packed ? documents_error(Algorithm::allgather, shape.seq, ranks, options.causal, 1,
-                                                      options.document_lengths)
+                             packed ? documents_error(Algorithm::allgather, shape.seq, ranks, 1, options)
                                     : allgather_error(shape, ranks)}),
                 signature);
   if (!packed)
@@ -296,7 +299,7 @@ std::unique_ptr<Strategy> make_allgather_strategy(Communicator& communicator, co
                                                SequenceLayout(LayoutKind::zigzag, shape.seq, ranks), std::nullopt,
                                                shape, options);
   const DocumentLayout documents =
-      strategy_document_layout(Algorithm::allgather, ranks, options.causal, 1, options.document_lengths);
+      strategy_document_layout(Algorithm::allgather, ranks, 1, options);
   return std::make_unique<AllGatherStrategy>(communicator, std::move(signature), documents.sequence_layout(),
                                              documents, shape, options);
 }

@@ -97,6 +97,7 @@ namespace {
 std::string show_dtype(int64_t dtype) { return dtype_name(static_cast<DType>(dtype)); }
 std::string show_kernel(int64_t kernel) { return kernel_choice_name(static_cast<KernelChoice>(kernel)); }
 std::string show_flag(int64_t flag) { return flag ? "true" : "false"; }
+std::string show_document_split(int64_t split) { return document_split_name(static_cast<DocumentSplit>(split)); }
 // A given scale travels as its float's bits (exact), none as -1.
 std::string show_scale(int64_t bits) {
   if (bits < 0) return "none (1/sqrt(head_dim))";
@@ -143,7 +144,8 @@ std::vector<CallField> call_signature(Algorithm algorithm, const AttentionShape&
           {"softmax_scale", scale, show_scale},
           {"kernel", static_cast<int64_t>(options.kernel), show_kernel},
           {"documents", static_cast<int64_t>(options.document_lengths.size())},
-          {"document_lengths (FNV-1a of them)", fingerprint(options.document_lengths)}};
+          {"document_lengths (FNV-1a of them)", fingerprint(options.document_lengths)},
+          {"document_split", static_cast<int64_t>(options.document_split), show_document_split}};
 }
 
 float resolved_scale(const AttentionShape& shape, const AttentionOptions& options) {

@@ -383,8 +383,7 @@ std::unique_ptr<Strategy> agree_and_make_rotation_strategy(Communicator& communi
   const bool packed = !options.document_lengths.empty();
   agree_on_call(communicator,
                 first_error({caller_error, shape_and_options_error(shape, options, communicator.device()),
-                             packed ? documents_error(kind.algorithm, shape.seq, ranks, options.causal, kind.nodes,
-                                                      options.document_lengths)
+                             packed ? documents_error(kind.algorithm, shape.seq, ranks, kind.nodes, options)
                                     : rotation_error(kind.algorithm, shape.seq, ranks, options.causal, kind.nodes)}),
                 signature);
   if (!packed) {
@@ -393,7 +392,7 @@ std::unique_ptr<Strategy> agree_and_make_rotation_strategy(Communicator& communi
                                               std::nullopt, shape, options);
   }
   const DocumentLayout documents =
-      strategy_document_layout(kind.algorithm, ranks, options.causal, kind.nodes, options.document_lengths);
+      strategy_document_layout(kind.algorithm, ranks, kind.nodes, options);
   SequenceLayout layout = documents.sequence_layout();
   return std::make_unique<RotationStrategy>(communicator, kind, std::move(signature), std::move(layout),
                                             documents, shape, options);

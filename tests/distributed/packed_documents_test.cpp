@@ -1,5 +1,6 @@
 // Packed documents (AttentionOptions::document_lengths) at the rank count of this run: every
-// strategy but usp, forward and backward, against the per-document fp64 reference with the 2x criterion
+// strategy but usp, each document split on its own, and all-gather over the whole sequence split
+// contiguously (Llama 3's), forward and backward, against the per-document fp64 reference with the 2x criterion
 // (out, lse, dq, dk, dv of the real tokens, gathered through shard_documents / unshard_documents);
 // padding rows of a plan's own shards hold out 0, lse -inf and no gradient; strategies and shapes
 // that do not take the documents refuse them on every rank before any transfer.
@@ -75,6 +76,27 @@ INSTANTIATE_TEST_SUITE_P(Strategies, PackedDocumentAccuracy,
                                             ::testing::Range(0, 4), ::testing::Range(0, 4)),
                          case_name);
 
+// All-gather over the whole packed sequence split contiguously: documents cut at any token by the
+// ranks' boundaries.
+class WholeSequenceDocumentAccuracy : public ::testing::TestWithParam<std::tuple<int /*mask*/, int /*set*/>> {};
+
+TEST_P(WholeSequenceDocumentAccuracy, AllGatherMatchesPerDocumentReferenceForwardAndBackward) {
+  const auto [mask_index, set_index] = GetParam();
+  AttentionOptions options = kMasks[mask_index].options;
+  options.document_lengths = kDocumentSets[set_index].lengths;
+  options.document_split = DocumentSplit::whole_sequence;
+  const AttentionShape shape{1, total_tokens(options.document_lengths), 4, 2, 32, DType::bf16};
+  const uint64_t seed = 6000 + static_cast<uint64_t>(mask_index) * 10 + static_cast<uint64_t>(set_index);
+  expect_accurate(Algorithm::allgather, random_problem(shape, options, seed, /*backward=*/true));
+}
+
+INSTANTIATE_TEST_SUITE_P(AllGather, WholeSequenceDocumentAccuracy,
+                         ::testing::Combine(::testing::Range(0, 4), ::testing::Range(0, 4)),
+                         [](const ::testing::TestParamInfo<std::tuple<int, int>>& info) {
+                           return std::string(kMasks[std::get<0>(info.param)].name) + "_" +
+                                  kDocumentSets[std::get<1>(info.param)].name;
+                         });
+
 // fp32 at one mask: the criterion's bound is tight there (no input rounding hides a mistake).
 TEST(PackedDocuments, Fp32ZigzagCausalMatchesReference) {
   AttentionOptions options{true, -1, -1, std::nullopt};
@@ -85,13 +107,15 @@ TEST(PackedDocuments, Fp32ZigzagCausalMatchesReference) {
 
 // The plan's own shards: the rows of padding get out 0 and lse -inf, and dq, dk, dv 0 there,
 // whatever the caller put in them (here NaN-poisoned outputs and random padding inputs).
-class PackedDocumentPadding : public ::testing::TestWithParam<Algorithm> {};
+using PaddingCase = std::tuple<Algorithm, DocumentSplit>;
+class PackedDocumentPadding : public ::testing::TestWithParam<PaddingCase> {};
 
 TEST_P(PackedDocumentPadding, RowsGetZeroOutMinusInfinityLseAndNoGradient) {
-  const Algorithm algorithm = GetParam();
+  const auto [algorithm, split] = GetParam();
   const int ranks = world().size(), rank = world().rank();
   AttentionOptions options{true, -1, -1, std::nullopt};
   options.document_lengths = {3, 2 * ranks + 1};
+  options.document_split = split;
   const DocumentLayout documents = plan_document_layout(algorithm, ranks, options);
   const int64_t local = documents.sequence_layout().local_length();
   const int64_t H = 2 * ranks, HK = ranks, D = 16;  // whole heads per rank for Ulysses
@@ -108,7 +132,7 @@ TEST_P(PackedDocumentPadding, RowsGetZeroOutMinusInfinityLseAndNoGradient) {
   for (HostTensor* output : {&out, &lse, &dq, &dk, &dv}) output->poison();
   plan.forward(q.view(), k.view(), v.view(), out.view(), lse.view());
   plan.backward(q.view(), k.view(), v.view(), out.view(), lse.view(), dout.view(), dq.view(), dk.view(), dv.view());
-  for (const SequenceChunk& chunk : documents.sequence_layout().chunks(rank)) {
+  for (const SequenceChunk& chunk : documents.chunks(rank)) {
     const int64_t real = documents.real_tokens(chunk.position, chunk.length);
     for (int64_t row = chunk.local_offset; row < chunk.local_offset + chunk.length; ++row) {
       const bool padding = row >= chunk.local_offset + real;
@@ -137,8 +161,28 @@ TEST_P(PackedDocumentPadding, RowsGetZeroOutMinusInfinityLseAndNoGradient) {
 }
 
 INSTANTIATE_TEST_SUITE_P(EachKindOfStrategy, PackedDocumentPadding,
-                         ::testing::Values(Algorithm::zigzag, Algorithm::allgather, Algorithm::ulysses),
-                         [](const ::testing::TestParamInfo<Algorithm>& info) { return algorithm_name(info.param); });
+                         ::testing::Values(PaddingCase{Algorithm::zigzag, DocumentSplit::per_document},
+                                           PaddingCase{Algorithm::allgather, DocumentSplit::per_document},
+                                           PaddingCase{Algorithm::ulysses, DocumentSplit::per_document},
+                                           PaddingCase{Algorithm::allgather, DocumentSplit::whole_sequence}),
+                         [](const ::testing::TestParamInfo<PaddingCase>& info) {
+                           return algorithm_name(std::get<0>(info.param)) + "_" +
+                                  document_split_name(std::get<1>(info.param));
+                         });
+
+TEST(PackedDocuments, OnlyAllGatherSplitsTheWholeSequence) {
+  AttentionOptions options{true, -1, -1, std::nullopt};
+  options.document_lengths = {4, 4};
+  options.document_split = DocumentSplit::whole_sequence;
+  const int ranks = world().size();
+  const AttentionShape shape{1, 8, 2 * ranks, ranks, 16, DType::f32};  // whole heads per rank for Ulysses
+  for (const Algorithm algorithm : {Algorithm::zigzag, Algorithm::ulysses}) {
+    const std::string expected = "document_split whole_sequence (Llama 3's context parallelism) is all-gather's "
+                                 "alone; " + algorithm_name(algorithm) + " splits each document on its own";
+    EXPECT_THAT(error_of([&] { DistributedAttention plan(world(), algorithm, shape, options); }), HasSubstr(expected));
+    EXPECT_THAT(error_of([&] { plan_document_layout(algorithm, ranks, options); }), HasSubstr(expected));
+  }
+}
 
 // Refusals, the same on every rank and before any transfer.
 TEST(PackedDocuments, UspRefusesThemOnEveryRank) {

@@ -29,6 +29,8 @@ TEST_P(EveryDocumentLayout, EveryRankHoldsAnEqualPartOfEveryPaddedDocument) {
     const DocumentLayout layout(GetParam(), lengths, ranks);
     const int64_t parts = (GetParam() == LayoutKind::zigzag ? 2 : 1) * int64_t{ranks};
     int64_t padding = 0;
+    const std::vector<int64_t> local_starts = layout.local_starts(0);
+    ASSERT_EQ(local_starts.size(), lengths.size() + 1);
     for (int document = 0; document < layout.documents(); ++document) {
       const int64_t length = layout.document_lengths()[static_cast<std::size_t>(document)];
       const int64_t padded = layout.padded_lengths()[static_cast<std::size_t>(document)];
@@ -36,13 +38,13 @@ TEST_P(EveryDocumentLayout, EveryRankHoldsAnEqualPartOfEveryPaddedDocument) {
       EXPECT_GE(padded, length);
       EXPECT_LT(padded - length, parts) << "more padding than the next multiple needs";
       padding += padded - length;
-      EXPECT_EQ(layout.local_starts()[static_cast<std::size_t>(document) + 1] -
-                    layout.local_starts()[static_cast<std::size_t>(document)],
+      EXPECT_EQ(local_starts[static_cast<std::size_t>(document) + 1] - local_starts[static_cast<std::size_t>(document)],
                 padded / ranks);
     }
+    for (int rank = 1; rank < ranks; ++rank) EXPECT_EQ(layout.local_starts(rank), local_starts);
     EXPECT_EQ(layout.padding(), padding);
     EXPECT_EQ(layout.tokens(), std::accumulate(lengths.begin(), lengths.end(), int64_t{0}));
-    EXPECT_EQ(layout.local_starts().back(), layout.sequence_layout().local_length());
+    EXPECT_EQ(local_starts.back(), layout.sequence_layout().local_length());
     int64_t local_padding = 0;
     for (int rank = 0; rank < ranks; ++rank) local_padding += layout.local_padding(rank);
     EXPECT_EQ(local_padding, layout.padding());
@@ -91,7 +93,9 @@ TEST_P(EveryDocumentLayout, QueryPairsCountWhatEachRanksRealQueriesSee) {
     for (int ranks = 1; ranks <= 5; ++ranks) {
       SCOPED_TRACE("mask (" + std::to_string(mask.left) + ", " + std::to_string(mask.right) + "), ranks " +
                    std::to_string(ranks));
-      const DocumentLayout layout(GetParam(), lengths, ranks);
+      for (const DocumentLayout& layout :
+           {DocumentLayout(GetParam(), lengths, ranks), DocumentLayout::whole_sequence(lengths, ranks)}) {
+      SCOPED_TRACE(layout.describe());
       int64_t every_rank = 0;
       for (int rank = 0; rank < ranks; ++rank) {
         int64_t counted = 0;  // query by query, key by key
@@ -106,6 +110,7 @@ TEST_P(EveryDocumentLayout, QueryPairsCountWhatEachRanksRealQueriesSee) {
         every_rank += counted;
       }
       EXPECT_EQ(every_rank, every_document);
+      }
     }
   }
 }
@@ -134,7 +139,7 @@ TEST(DocumentLayout, ZigzagHoldsPartsRAndTwoNMinusOneMinusROfEachDocument) {
   EXPECT_EQ(layout.padded_lengths(), (std::vector<int64_t>{8, 8}));
   EXPECT_EQ(layout.packed_starts(), (std::vector<int64_t>{0, 5, 13}));
   EXPECT_EQ(layout.padded_starts(), (std::vector<int64_t>{0, 8, 16}));
-  EXPECT_EQ(layout.local_starts(), (std::vector<int64_t>{0, 4, 8}));
+  EXPECT_EQ(layout.local_starts(1), (std::vector<int64_t>{0, 4, 8}));
   const std::vector<SequenceChunk>& chunks = layout.sequence_layout().chunks(1);
   ASSERT_EQ(chunks.size(), 4u);
   const std::vector<int64_t> positions{2, 4, 10, 12}, offsets{0, 2, 4, 6};
@@ -147,6 +152,42 @@ TEST(DocumentLayout, ZigzagHoldsPartsRAndTwoNMinusOneMinusROfEachDocument) {
   EXPECT_EQ(layout.local_padding(0), 2);
   EXPECT_EQ(layout.local_padding(1), 1);
   EXPECT_EQ(layout.describe(), "zigzag per document over 2 ranks: 2 documents, 13 tokens and 3 of padding");
+}
+
+TEST(DocumentLayout, TheWholeSequenceSplitsContiguouslyWithItsPaddingAtTheEnd) {
+  // 3 + 6 + 2 = 11 tokens over 4 ranks: padded to 12, stretches of 3; documents cut anywhere.
+  const DocumentLayout layout = DocumentLayout::whole_sequence({3, 6, 2}, 4);
+  EXPECT_EQ(layout.split(), DocumentSplit::whole_sequence);
+  EXPECT_EQ(layout.padded_lengths(), (std::vector<int64_t>{3, 6, 3}));
+  EXPECT_EQ(layout.padding(), 1);
+  EXPECT_EQ(layout.sequence_layout().local_length(), 3);
+  // Rank 2 holds positions 6..8, the end of document 1 (3..8); rank 3 holds 9..11, document 2
+  // and its padding.
+  const std::vector<SequenceChunk> chunks = layout.chunks(2);
+  ASSERT_EQ(chunks.size(), 1u);
+  EXPECT_EQ(chunks[0].position, 6);
+  const DocumentLayout cut = DocumentLayout::whole_sequence({2, 3, 1}, 2);  // stretches 0..2 and 3..5
+  const std::vector<SequenceChunk> rank0 = cut.chunks(0), rank1 = cut.chunks(1);
+  ASSERT_EQ(rank0.size(), 2u);
+  EXPECT_EQ(rank0[1].position, 2);
+  EXPECT_EQ(rank0[1].length, 1);
+  EXPECT_EQ(rank0[1].local_offset, 2);
+  ASSERT_EQ(rank1.size(), 2u);
+  EXPECT_EQ(rank1[0].position, 3);
+  EXPECT_EQ(rank1[0].length, 2);
+  EXPECT_EQ(rank1[1].local_offset, 2);
+  EXPECT_EQ(cut.local_starts(0), (std::vector<int64_t>{0, 2, 3}));
+  EXPECT_EQ(cut.local_starts(1), (std::vector<int64_t>{0, 2, 3}));
+  EXPECT_EQ(layout.local_padding(3), 1);
+  EXPECT_EQ(layout.local_padding(0), 0);
+  EXPECT_EQ(layout.describe(), "the whole sequence contiguous over 4 ranks: 3 documents, 11 tokens and 1 of padding");
+  // Query pairs under a causal mask within documents: rank 2's queries 6, 7, 8 see 4, 5, 6 keys.
+  EXPECT_EQ(layout.query_pairs(2, AttentionMask{-1, 0}), 15);
+  std::vector<float> packed(11), shard(3, std::numeric_limits<float>::quiet_NaN());
+  std::iota(packed.begin(), packed.end(), 1.0f);
+  shard_documents(layout, 3, TensorView::contiguous(packed.data(), DType::f32, {11, 1, 1}),
+                  TensorView::contiguous(shard.data(), DType::f32, {3, 1, 1}), /*seq_dim=*/0);
+  EXPECT_EQ(shard, (std::vector<float>{10, 11, 0}));
 }
 
 TEST(DocumentLayout, ThdTensorsShardAlongTheirFirstDimension) {
