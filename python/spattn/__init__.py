@@ -1,7 +1,8 @@
 """spattn: distributed exact attention (sequence parallelism) for PyTorch.
 
 Drop-in functions with ring-flash-attn's signatures (ring_flash_attn_func, zigzag_ring_flash_attn_func,
-their kvpacked/qkvpacked forms) and the same shape for every other spattn strategy
+their kvpacked/qkvpacked forms, their varlen forms over packed sequences and the llama3 ones with
+llama3_flash_attn_prepare_cu_seqlens) and the same shape for every other spattn strategy
 (ulysses_attn_func, hamilton_attn_func, hamilton2_attn_func, allgather_attn_func, usp_attn_func),
 the UlyssesAttention module, yunchang's set_seq_parallel_pg and LongContextAttention (USP), and
 auto_select (the strategy the cost model expects to be fastest, as a function to call), and
@@ -38,6 +39,12 @@ from .modules import UlyssesAttention
 from .plans import cached_plan_count, clear_plan_cache
 from .profiling import CallProfile, StepProfile, profile
 from .selection import SelectedStrategy, StrategyEstimate, auto_select, estimate_strategies
+from .llama3 import (
+    llama3_flash_attn_prepare_cu_seqlens,
+    llama3_flash_attn_varlen_func,
+    llama3_flash_attn_varlen_kvpacked_func,
+    llama3_flash_attn_varlen_qkvpacked_func,
+)
 from .varlen import (
     ring_flash_attn_varlen_func,
     ring_flash_attn_varlen_kvpacked_func,
@@ -70,6 +77,10 @@ __all__ = [
     "zigzag_ring_flash_attn_func",
     "zigzag_ring_flash_attn_kvpacked_func",
     "zigzag_ring_flash_attn_qkvpacked_func",
+    "llama3_flash_attn_prepare_cu_seqlens",
+    "llama3_flash_attn_varlen_func",
+    "llama3_flash_attn_varlen_kvpacked_func",
+    "llama3_flash_attn_varlen_qkvpacked_func",
     "ring_flash_attn_varlen_func",
     "ring_flash_attn_varlen_kvpacked_func",
     "ring_flash_attn_varlen_qkvpacked_func",

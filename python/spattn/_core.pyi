@@ -119,6 +119,7 @@ class Plan:
         across: str = "zigzag",
         kernel: str = "auto",
         document_lengths: Sequence[int] = ...,
+        document_split: str = "per_document",
     ) -> None: ...
     @property
     def algorithm(self) -> str: ...

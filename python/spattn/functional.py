@@ -95,7 +95,8 @@ def _argument_error(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p
 def _attention(algorithm: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float,
                softmax_scale: Optional[float], causal: bool, window_size: Tuple[int, int],
                alibi_slopes: Optional[torch.Tensor], return_attn_probs: bool, group: Any,
-               kernel: str, document_lengths: Tuple[int, ...] = (), **degrees: Any) -> AttentionResult:
+               kernel: str, document_lengths: Tuple[int, ...] = (), document_split: str = "per_document",
+               **degrees: Any) -> AttentionResult:
     device = q.device if isinstance(q, torch.Tensor) else torch.device("cpu")
     # A group or device that cannot work fails alike on every rank, before any exchange.
     communicator = communicator_for(device, group)
@@ -106,7 +107,7 @@ def _attention(algorithm: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     plan = get_plan(communicator, algorithm, batch=batch, local_seq=local_seq, heads=heads, kv_heads=k.shape[2],
                     head_dim=head_dim, dtype=dtype_name("q", q.dtype), causal=causal,
                     window_size=(int(window_size[0]), int(window_size[1])), softmax_scale=softmax_scale,
-                    kernel=kernel, document_lengths=document_lengths, **degrees)
+                    kernel=kernel, document_lengths=document_lengths, document_split=document_split, **degrees)
     out, lse = DistributedAttentionFunction.apply(q, k, v, plan)
     return (out, lse, None) if return_attn_probs else out
 

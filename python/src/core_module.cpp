@@ -42,9 +42,11 @@ using Array = nb::ndarray<>;
 
 AttentionOptions attention_options(bool causal, int64_t window_left, int64_t window_right,
                                    std::optional<float> softmax_scale, const std::string& kernel,
-                                   std::vector<int64_t> document_lengths = {}) {
+                                   std::vector<int64_t> document_lengths = {},
+                                   const std::string& document_split = "per_document") {
   AttentionOptions options;
   options.document_lengths = std::move(document_lengths);
+  options.document_split = parse_document_split(document_split);
   options.causal = causal;
   options.window_left = window_left;
   options.window_right = window_right;
@@ -82,9 +84,10 @@ class Plan {
   Plan(Communicator& communicator, const std::string& algorithm, int64_t batch, int64_t seq, int64_t heads,
        int64_t kv_heads, int64_t head_dim, const std::string& dtype, bool causal, int64_t window_left,
        int64_t window_right, std::optional<float> softmax_scale, int nodes, int inner, const std::string& across,
-       const std::string& kernel, std::vector<int64_t> document_lengths)
+       const std::string& kernel, std::vector<int64_t> document_lengths, const std::string& document_split)
       : attention_(make(communicator, algorithm, batch, seq, heads, kv_heads, head_dim, dtype, causal, window_left,
-                        window_right, softmax_scale, nodes, inner, across, kernel, std::move(document_lengths))) {}
+                        window_right, softmax_scale, nodes, inner, across, kernel, std::move(document_lengths),
+                        document_split)) {}
 
   std::string algorithm() const { return algorithm_name(attention_->algorithm()); }
   const SequenceLayout& layout() const { return attention_->layout(); }
@@ -169,10 +172,11 @@ class Plan {
                                                     int64_t window_left, int64_t window_right,
                                                     std::optional<float> softmax_scale, int nodes, int inner,
                                                     const std::string& across, const std::string& kernel,
-                                                    std::vector<int64_t> document_lengths) {
+                                                    std::vector<int64_t> document_lengths,
+                                                    const std::string& document_split) {
     const AttentionShape shape{batch, seq, heads, kv_heads, head_dim, parse_dtype(dtype)};
-    const AttentionOptions options =
-        attention_options(causal, window_left, window_right, softmax_scale, kernel, std::move(document_lengths));
+    const AttentionOptions options = attention_options(causal, window_left, window_right, softmax_scale, kernel,
+                                                       std::move(document_lengths), document_split);
     StrategyOptions strategy_options;
     strategy_options.nodes = nodes;
     strategy_options.inner = inner;
@@ -358,11 +362,12 @@ NB_MODULE(_core, m) {
                    "kernels (collective).")
       .def(nb::init<Communicator&, const std::string&, int64_t, int64_t, int64_t, int64_t, int64_t,
                     const std::string&, bool, int64_t, int64_t, std::optional<float>, int, int, const std::string&,
-                    const std::string&, std::vector<int64_t>>(),
+                    const std::string&, std::vector<int64_t>, const std::string&>(),
            "communicator"_a, "algorithm"_a, "batch"_a, "seq"_a, "heads"_a, "kv_heads"_a, "head_dim"_a, "dtype"_a,
            "causal"_a = false, "window_left"_a = -1, "window_right"_a = -1, "softmax_scale"_a = nb::none(),
            "nodes"_a = 1, "inner"_a = 0, "across"_a = "zigzag", "kernel"_a = "auto",
-           "document_lengths"_a = std::vector<int64_t>{}, nb::keep_alive<1, 2>())
+           "document_lengths"_a = std::vector<int64_t>{}, "document_split"_a = "per_document",
+           nb::keep_alive<1, 2>())
       .def_prop_ro("algorithm", &Plan::algorithm)
       .def_prop_ro("layout_name", [](const Plan& plan) { return plan.layout().name(); })
       .def_prop_ro("global_length", [](const Plan& plan) { return plan.layout().global_length(); })
