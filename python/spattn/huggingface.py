@@ -21,11 +21,24 @@ still need the flash_attn package, which CPU machines lack). transformers is nee
 Every rank feeds its shard of the sequence in the layout of the algorithm; position_ids must be
 the global positions of those tokens (layout.positions(rank)) so that rotary embeddings are right,
 and the attention raises ValueError when they are not.
+
+Packed sequences (batch 1, several sequences one after another), as ring-flash-attn's adapter
+takes them: after update_ring_flash_attn_params(cu_seqlens, group), with the global cumulative
+lengths, every rank feeds its contiguous stretch [r T/N, (r+1) T/N) of the packed tokens with
+position_ids that restart at 0 with each sequence (Llama 3's context parallelism: the attention
+runs spattn.llama3_flash_attn_varlen_func, whatever the algorithm), until the next update or
+update_ring_flash_attn_params(None, group).
+
+    spattn.huggingface.update_ring_flash_attn_params(cu_seqlens, group=None)   # every batch
+    per_rank = total // world_size
+    logits = model(input_ids=packed_ids[:, rank * per_rank:(rank + 1) * per_rank],
+                   position_ids=packed_positions[:, rank * per_rank:(rank + 1) * per_rank],
+                   use_cache=False).logits
 """
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 import torch.distributed as dist
@@ -35,6 +48,25 @@ from transformers.masking_utils import AttentionMaskInterface, flash_attention_m
 from .communicator import communicator_for, raise_on_every_rank
 from .functional import ATTENTION_FUNCTIONS
 from .layout import sequence_layout
+from .llama3 import llama3_flash_attn_prepare_cu_seqlens, llama3_flash_attn_varlen_func
+
+# The packed sequences of each group's calls (update_ring_flash_attn_params): what
+# llama3_flash_attn_prepare_cu_seqlens returned to this rank, by group (None: every rank).
+_packed: Dict[Any, Tuple[Any, ...]] = {}
+
+
+def update_ring_flash_attn_params(cu_seqlens: Optional[torch.Tensor], process_group: Any = None) -> None:
+    """ring-flash-attn's: the models' spattn attention over `process_group` (None: every rank) runs
+    from now on over the packed sequences of global `cu_seqlens` (1-D integers: 0, the running
+    lengths, the total T, a multiple of the group's size), each rank feeding its stretch
+    [r T/N, (r+1) T/N) with position_ids that restart at 0 with each sequence. None: back to whole
+    sequences in the algorithm's layout."""
+    if cu_seqlens is None:
+        _packed.pop(process_group, None)
+        return
+    rank, world_size = dist.get_rank(process_group), dist.get_world_size(process_group)
+    _packed[process_group] = llama3_flash_attn_prepare_cu_seqlens(cu_seqlens, True, rank, world_size)
+
 
 
 def substitute_hf_flash_attn(group: Any = None, algorithm: str = "zigzag", name: str = "spattn") -> str:
@@ -73,9 +105,14 @@ def spattn_attention_forward(module: torch.nn.Module,
     """transformers' attention interface over spattn: returns (out (B, S_local, H, D), None)."""
     causal = module.is_causal if is_causal is None else bool(is_causal)
     communicator = communicator_for(query.device, group)
-    problem = (_unsupported_argument(query, key, attention_mask, dropout, softcap, kwargs)
-               or _wrong_positions(kwargs.get("position_ids"), algorithm, group, communicator, query.device,
-                                   query.shape[2], query.shape[1], key.shape[1], causal))
+    packed = _packed.get(group)
+    problem = _unsupported_argument(query, key, attention_mask, dropout, softcap, kwargs)
+    if packed is None:
+        problem = problem or _wrong_positions(kwargs.get("position_ids"), algorithm, group, communicator, query.device,
+                                              query.shape[2], query.shape[1], key.shape[1], causal)
+    else:
+        problem = problem or _wrong_packed_positions(kwargs.get("position_ids"), packed, communicator.rank,
+                                                     query.shape[0], query.shape[2])
     # A padded shard, say, may be on one rank only: every rank raises, none waits in the attention.
     raise_on_every_rank(ValueError(problem) if problem else None, communicator)
     if query.is_cuda and query.dtype == torch.float32 and torch.is_autocast_enabled("cuda"):
@@ -85,8 +122,14 @@ def spattn_attention_forward(module: torch.nn.Module,
         query, key, value = (tensor.to(dtype) for tensor in (query, key, value))
     # transformers' sliding_window w lets a token see w tokens in all, itself included: flash-attn's (w-1, w-1).
     window = (-1, -1) if sliding_window is None else (sliding_window - 1, -1 if causal else sliding_window - 1)
-    out = ATTENTION_FUNCTIONS[algorithm](query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
-                                         softmax_scale=scaling, causal=causal, window_size=window, group=group)
+    query, key, value = (tensor.transpose(1, 2) for tensor in (query, key, value))  # (B, S_local, heads, D)
+    if packed is None:
+        out = ATTENTION_FUNCTIONS[algorithm](query, key, value, softmax_scale=scaling, causal=causal,
+                                             window_size=window, group=group)
+    else:  # batch 1: the packed tokens (T/N, heads, D)
+        out = llama3_flash_attn_varlen_func(query[0], key[0], value[0], *packed[:4], key.shape[2], packed[4],
+                                            softmax_scale=scaling, causal=causal, window_size=window,
+                                            group=group)[None]
     return out, None  # no attention weights: spattn never forms them
 
 
@@ -107,6 +150,29 @@ def _unsupported_argument(query: torch.Tensor, key: torch.Tensor, attention_mask
         return (f"spattn attention got {query.shape[2]} queries but {key.shape[2]} keys: it needs the keys of "
                 "exactly this rank's tokens, so decoding with a KV cache is not supported (pass use_cache=False)")
     return None
+
+
+def _wrong_packed_positions(position_ids: Optional[torch.Tensor], packed: Tuple[Any, ...], rank: int, batch: int,
+                            local_seq: int) -> Optional[str]:
+    """None when this rank's call fits the packed sequences of update_ring_flash_attn_params: batch 1,
+    its stretch's length, and position_ids (when the model passes them on) that restart at 0 with
+    each sequence."""
+    cu_seqlens_q, _, _, _, local_k_slice = packed
+    bounds = cu_seqlens_q.tolist()
+    if batch != 1 or local_seq != bounds[-1]:
+        return (f"the packed sequences of update_ring_flash_attn_params take batch 1 and this rank's stretch of "
+                f"{bounds[-1]} tokens; got batch {batch} of {local_seq} tokens")
+    if position_ids is None:
+        return None
+    # The first sequence may have begun on an earlier rank: it goes on from where that stretch ended.
+    first = rank * bounds[-1] - local_k_slice.start
+    expected = torch.cat([torch.arange(end - start) + (first if index == 0 else 0)
+                          for index, (start, end) in enumerate(zip(bounds, bounds[1:]))])
+    if position_ids.shape[-1] == local_seq and bool((position_ids.cpu() == expected).all()):
+        return None
+    return (f"position_ids are not the positions of this rank's tokens in their packed sequences (each restarts at "
+            f"0; this rank's stretch holds sequences of local cu_seqlens {bounds}, the first from position {first}); "
+            "pass them so that rotary embeddings are right")
 
 
 def _wrong_positions(position_ids: Optional[torch.Tensor], algorithm: str, group: Any, communicator: Any,

@@ -48,7 +48,8 @@ def _global_starts(cu_seqlens: Any, world_size: int) -> List[int]:
     """cu_seqlens as a list, after checking that it describes packed sequences that split over
     `world_size` ranks; ValueError or TypeError naming the value otherwise."""
     if not isinstance(cu_seqlens, torch.Tensor) or cu_seqlens.dim() != 1 or cu_seqlens.dtype.is_floating_point:
-        raise TypeError(f"cu_seqlens must be a 1-D integer torch.Tensor of global cumulative lengths; got {cu_seqlens!r}")
+        raise TypeError("cu_seqlens must be a 1-D integer torch.Tensor of global cumulative lengths; "
+                        f"got {cu_seqlens!r}")
     starts = [int(x) for x in cu_seqlens.tolist()]
     if len(starts) < 2 or starts[0] != 0:
         raise ValueError(f"cu_seqlens {starts} must start at 0 and hold at least one sequence")

@@ -2,8 +2,10 @@
 spattn.huggingface: the loss, each token's loss and every parameter's gradient of the distributed
 model (each rank feeds its shard of the sequence with global position_ids) against the fp64 model
 on the whole sequence with eager attention, by the project's criterion: distributed error <= 2 x
-the error of the fp32 single-process model + a tiny floor. Also the arguments the substitute cannot
-take raise an error on every rank (ValueError where they are, spattn.SpattnError elsewhere)."""
+the error of the fp32 single-process model + a tiny floor; packed sequences
+(update_ring_flash_attn_params, each rank feeding its contiguous stretch) against each sequence run
+on its own. Also the arguments the substitute cannot take raise an error on every rank (ValueError
+where they are, spattn.SpattnError elsewhere)."""
 
 import copy
 import math
@@ -162,3 +164,84 @@ def test_positions_other_than_the_layouts_are_rejected():
     model = tiny_model(0, substitute_hf_flash_attn(algorithm="zigzag"))
     with pytest.raises(ValueError, match="position_ids are not the global positions"):
         run_zigzag_shard(model, position_shift=1)
+
+
+# Packed sequences (update_ring_flash_attn_params): 24 tokens that the ranks' boundaries cut inside
+# sequences at 2 and 3 ranks, a sequence of one token among them.
+PACKED_LENGTHS = [5, 1, 11, 7]
+
+
+def packed_inputs(seed: int):
+    """(input_ids, targets, position_ids), each (1, 24): a token predicts the next one of its own
+    sequence (the last of each predicts nothing) and positions restart at 0 with each sequence."""
+    input_ids = torch.randint(VOCAB, (1, SEQ), generator=torch.Generator().manual_seed(seed))
+    targets, positions = [], []
+    start = 0
+    for length in PACKED_LENGTHS:
+        targets.append(next_token_targets(input_ids[:, start:start + length]))
+        positions.append(torch.arange(length))
+        start += length
+    return input_ids, torch.cat(targets, dim=1), torch.cat(positions)[None]
+
+
+def per_sequence_results(model: torch.nn.Module, input_ids, targets) -> Dict[str, torch.Tensor]:
+    """Loss, token losses and gradients of one process running each sequence on its own."""
+    losses, start = [], 0
+    for length in PACKED_LENGTHS:
+        part = slice(start, start + length)
+        losses.append(token_losses(model, input_ids[:, part], targets[:, part], torch.arange(length)[None]))
+        start += length
+    losses = torch.cat(losses, dim=1)
+    loss = losses.sum() / (targets != IGNORE).sum()
+    loss.backward()
+    return {"loss": loss.detach().double(), "token_losses": losses.detach().double(),
+            **{name: p.grad.double() for name, p in model.named_parameters()}}
+
+
+def packed_distributed_results(model: torch.nn.Module, input_ids, targets, positions) -> Dict[str, torch.Tensor]:
+    """The same with each rank feeding its contiguous stretch of the packed tokens."""
+    rank, ranks = dist.get_rank(), dist.get_world_size()
+    spattn.huggingface.update_ring_flash_attn_params(
+        torch.tensor([0] + PACKED_LENGTHS, dtype=torch.int32).cumsum(0).to(torch.int32), None)
+    stretch = slice(rank * SEQ // ranks, (rank + 1) * SEQ // ranks)
+    try:
+        losses = token_losses(model, input_ids[:, stretch], targets[:, stretch], positions[:, stretch])
+    finally:
+        spattn.huggingface.update_ring_flash_attn_params(None, None)
+    local_loss = losses.sum() / (targets != IGNORE).sum()
+    local_loss.backward()
+    results = {"loss": local_loss.detach().double(), **{name: p.grad.double() for name, p in model.named_parameters()}}
+    for tensor in results.values():
+        dist.all_reduce(tensor)
+    shards = [torch.empty_like(losses) for _ in range(ranks)]
+    dist.all_gather(shards, losses.detach().contiguous())
+    results["token_losses"] = torch.cat(shards, dim=1).double()
+    return results
+
+
+@pytest.mark.parametrize("architecture", list(ARCHITECTURES))
+def test_packed_sequences_match_a_per_sequence_reference(architecture):
+    seed = fresh_seed()
+    input_ids, targets, positions = packed_inputs(seed)
+    model = tiny_model(seed, "eager", architecture)
+    reference = per_sequence_results(copy.deepcopy(model).double(), input_ids, targets)
+    single_process = per_sequence_results(copy.deepcopy(model), input_ids, targets)
+    model.set_attn_implementation(substitute_hf_flash_attn(group=None, algorithm="zigzag"))
+    failures = accuracy_failures(packed_distributed_results(model, input_ids, targets, positions), single_process,
+                                 reference)
+    where = f"{architecture}, packed {PACKED_LENGTHS} at {dist.get_world_size()} ranks, seed {seed}"
+    assert not failures, f"{where}: {failures}"
+
+
+def test_packed_positions_that_do_not_restart_are_rejected():
+    model = tiny_model(0, substitute_hf_flash_attn(algorithm="zigzag"))
+    input_ids, targets, _ = packed_inputs(0)
+    rank, ranks = dist.get_rank(), dist.get_world_size()
+    stretch = slice(rank * SEQ // ranks, (rank + 1) * SEQ // ranks)
+    spattn.huggingface.update_ring_flash_attn_params(torch.tensor([0] + PACKED_LENGTHS).cumsum(0), None)
+    try:
+        with pytest.raises(ValueError, match="position_ids are not the positions of this rank's tokens in their "
+                                             "packed sequences"):
+            model(input_ids=input_ids[:, stretch], position_ids=torch.arange(SEQ)[None, stretch], use_cache=False)
+    finally:
+        spattn.huggingface.update_ring_flash_attn_params(None, None)

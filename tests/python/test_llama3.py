@@ -114,7 +114,8 @@ def check(name: str, dtype: torch.dtype, causal: bool, window=(-1, -1)):
     failures = accuracy_failures(run_llama3(name, problem, lengths, inputs),
                                  single_rank_packed(problem, lengths, inputs, "cpu"),
                                  per_sequence_reference(problem, lengths, inputs))
-    assert not failures, f"{name} {problem} sequences {lengths} at {dist.get_world_size()} ranks, seed {seed}: {failures}"
+    where = f"{name} {problem} sequences {lengths} at {dist.get_world_size()} ranks, seed {seed}"
+    assert not failures, f"{where}: {failures}"
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
