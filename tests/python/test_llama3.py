@@ -9,8 +9,8 @@ import torch
 import torch.distributed as dist
 
 import spattn
-from attention_checks import OUTPUTS, Problem, accuracy_failures, fresh_seed, raises_on_every_rank
-from test_varlen import per_sequence_reference, single_rank_packed
+from attention_checks import OUTPUTS, Problem, accuracy_failures, raises_on_every_rank
+from test_varlen import packed_problem, per_sequence_reference, single_rank_packed
 
 FUNCTIONS = {
     "llama3_flash_attn_varlen_func": (spattn.llama3_flash_attn_varlen_func, "separate"),
@@ -103,14 +103,7 @@ def run_llama3(name: str, problem: Problem, lengths, inputs):
 def check(name: str, dtype: torch.dtype, causal: bool, window=(-1, -1)):
     _, packing = FUNCTIONS[name]
     lengths = sequence_lengths(dist.get_world_size())
-    heads, kv_heads, head_dim = (2, 2, 16) if packing == "qkv" else (4, 2, 16)
-    problem = Problem(batch=1, seq=sum(lengths), heads=heads, kv_heads=kv_heads, head_dim=head_dim, dtype=dtype,
-                      causal=causal, window=window)
-    seed = fresh_seed()
-    generator = torch.Generator().manual_seed(seed)
-    shapes = {"q": (1, problem.seq, heads, head_dim), "k": (1, problem.seq, kv_heads, head_dim),
-              "v": (1, problem.seq, kv_heads, head_dim), "dout": (1, problem.seq, heads, head_dim)}
-    inputs = {key: torch.randn(shape, generator=generator).to(dtype) for key, shape in shapes.items()}
+    problem, inputs, seed = packed_problem(lengths, packing, dtype, causal, window, head_dim=16)
     failures = accuracy_failures(run_llama3(name, problem, lengths, inputs),
                                  single_rank_packed(problem, lengths, inputs, "cpu"),
                                  per_sequence_reference(problem, lengths, inputs))

@@ -118,12 +118,9 @@ def run_varlen(name: str, problem: Problem, local_lengths, inputs, device: str):
     return gathered
 
 
-def measure(name: str, dtype: torch.dtype, causal: bool, window=(-1, -1), device: str = "cpu", head_dim: int = 16):
-    """`name` on `device` over this rank's parts of packed sequences: (its results gathered, the
-    single-rank baseline, the per-sequence fp64 reference, where: the case and its seed)."""
-    _, algorithm, packing = FUNCTIONS[name]
-    local_lengths = LOCAL_LENGTHS[algorithm]
-    lengths = [length * dist.get_world_size() for length in local_lengths]
+def packed_problem(lengths, packing: str, dtype: torch.dtype, causal: bool, window, head_dim: int):
+    """(problem, inputs, seed): fresh random q, k, v, dout (1, T, heads, D) of packed sequences of
+    `lengths`; qkv packing takes as many kv heads as heads."""
     heads, kv_heads = (2, 2) if packing == "qkv" else (4, 2)
     problem = Problem(batch=1, seq=sum(lengths), heads=heads, kv_heads=kv_heads, head_dim=head_dim, dtype=dtype,
                       causal=causal, window=window)
@@ -131,7 +128,16 @@ def measure(name: str, dtype: torch.dtype, causal: bool, window=(-1, -1), device
     generator = torch.Generator().manual_seed(seed)
     shapes = {"q": (1, problem.seq, heads, head_dim), "k": (1, problem.seq, kv_heads, head_dim),
               "v": (1, problem.seq, kv_heads, head_dim), "dout": (1, problem.seq, heads, head_dim)}
-    inputs = {key: torch.randn(shape, generator=generator).to(dtype) for key, shape in shapes.items()}
+    return problem, {key: torch.randn(shape, generator=generator).to(dtype) for key, shape in shapes.items()}, seed
+
+
+def measure(name: str, dtype: torch.dtype, causal: bool, window=(-1, -1), device: str = "cpu", head_dim: int = 16):
+    """`name` on `device` over this rank's parts of packed sequences: (its results gathered, the
+    single-rank baseline, the per-sequence fp64 reference, where: the case and its seed)."""
+    _, algorithm, packing = FUNCTIONS[name]
+    local_lengths = LOCAL_LENGTHS[algorithm]
+    lengths = [length * dist.get_world_size() for length in local_lengths]
+    problem, inputs, seed = packed_problem(lengths, packing, dtype, causal, window, head_dim)
     where = f"{name} {problem} sequences {lengths} at {dist.get_world_size()} ranks on {device}, seed {seed}"
     return (run_varlen(name, problem, local_lengths, inputs, device),
             single_rank_packed(problem, lengths, inputs, device), per_sequence_reference(problem, lengths, inputs),
