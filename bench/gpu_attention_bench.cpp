@@ -431,7 +431,7 @@ void time_documents(Communicator& world, Communicator& communicator, Communicato
   }
   for (const std::string& algorithm_name : options.algorithms) {
     const Algorithm algorithm = parse_algorithm(algorithm_name);
-    if (!documents_unsupported(algorithm, attention.document_lengths).empty()) {
+    if (!documents_unsupported(algorithm, attention.document_lengths, attention.document_split).empty()) {
       if (world.rank() == 0) std::printf("%s takes no packed documents\n", algorithm_name.c_str());
       continue;
     }

@@ -98,7 +98,12 @@ void parse_document_lengths(RunOptions& options, const std::string& text) {
 
 // --doc-lens and --seq: the documents fill the sequence; without --seq, they give it.
 void match_documents_and_seq(RunOptions& options, const std::vector<std::string>& arguments) {
-  if (options.document_lengths.empty()) return;
+  if (options.document_lengths.empty()) {
+    if (options.document_split != DocumentSplit::per_document)
+      throw UsageError("--doc-split " + document_split_name(options.document_split) +
+                       " needs packed documents: give their lengths with --doc-lens");
+    return;
+  }
   int64_t tokens = 0;
   for (int64_t length : options.document_lengths) tokens += length;
   const bool seq_given = std::any_of(arguments.begin(), arguments.end(),
@@ -181,6 +186,10 @@ void parse_kernel_option(RunOptions& options, const std::string& name) {
   options.kernel = parse_with_library("--kernel", parse_kernel_choice, name);
 }
 
+void parse_document_split_option(RunOptions& options, const std::string& name) {
+  options.document_split = parse_with_library("--doc-split", parse_document_split, name);
+}
+
 // One option of a command: what it is called, what it does, and how it sets the command's
 // options (RunOptions or PlanOptions).
 template <typename Options>
@@ -260,6 +269,10 @@ const OptionTable<RunOptions>& run_option_table() {
         "its own document; each document is split over the ranks (padded where it does not split); every "
         "strategy but usp (default: one document)",
         [](RunOptions& options, const std::string& value) { parse_document_lengths(options, value); }},
+       {"--doc-split", "NAME",
+        "with --doc-lens, how the documents split over the ranks: per_document (default: each on its own, "
+        "balanced) or whole_sequence (the packed sequence cut contiguously as one, Llama 3's; allgather only)",
+        [](RunOptions& options, const std::string& value) { parse_document_split_option(options, value); }},
        {"--scale", "X", "softmax scale, finite and > 0 (default 1/sqrt(D))",
        [](RunOptions& options, const std::string& value) {
          options.scale = parse_positive_real<float>("--scale", value);

@@ -43,6 +43,7 @@ struct RunOptions {
   int64_t window_left = -1;  // -1: unbounded, as in AttentionOptions
   int64_t window_right = -1;
   std::vector<int64_t> document_lengths;  // --doc-lens: packed documents summing to seq; empty: one
+  DocumentSplit document_split = DocumentSplit::per_document;  // --doc-split: how they split over ranks
   std::optional<float> scale;  // softmax scale; 1/sqrt(head_dim) when unset
   bool backward = false;
   bool check = false;  // compare against the fp64 reference and a single-rank run

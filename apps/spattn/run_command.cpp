@@ -86,6 +86,7 @@ AttentionOptions attention_options(const RunOptions& options) {
   attention.softmax_scale = options.scale;
   attention.kernel = options.kernel;
   attention.document_lengths = options.document_lengths;
+  attention.document_split = options.document_split;
   return attention;
 }
 
@@ -151,7 +152,9 @@ std::string select_strategy(RunOptions& options, const AttentionProblem& problem
   std::vector<StrategyCost> costs = compare_strategies(cluster, priced_shape, ranks, problem.options, strategy_options);
   costs.erase(std::remove_if(costs.begin(), costs.end(),
                              [&](const StrategyCost& cost) {
-                               return !documents_unsupported(cost.algorithm, problem.options.document_lengths).empty();
+                               return !documents_unsupported(cost.algorithm, problem.options.document_lengths,
+                                                             problem.options.document_split)
+                                           .empty();
                              }),
               costs.end());
   const StrategyCost& chosen = fastest_strategy(costs, options.backward);

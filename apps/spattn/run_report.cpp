@@ -125,13 +125,14 @@ std::string format_table(const RunReport& report) {
   return text.str();
 }
 
-// {"lengths": [...], "padding": P}, or null without --doc-lens.
-std::string documents_json(const std::vector<int64_t>& lengths, int64_t padding) {
+// {"lengths": [...], "padding": P, "split": "per_document"}, or null without --doc-lens.
+std::string documents_json(const RunOptions& options, int64_t padding) {
+  const std::vector<int64_t>& lengths = options.document_lengths;
   if (lengths.empty()) return "null";
   std::ostringstream json;
   json << "{\"lengths\": [";
   for (std::size_t document = 0; document < lengths.size(); ++document) json << (document ? ", " : "") << lengths[document];
-  json << "], \"padding\": " << padding << "}";
+  json << "], \"padding\": " << padding << ", \"split\": \"" << document_split_name(options.document_split) << "\"}";
   return json.str();
 }
 
@@ -153,7 +154,7 @@ std::string format_json(const RunReport& report) {
        << ", \"kv_heads\": " << o.kv_heads << ", \"head_dim\": " << o.head_dim << "}"
        << ", \"dtype\": \"" << dtype_name(o.dtype) << "\", \"causal\": " << (o.causal ? "true" : "false")
        << ", \"window\": [" << o.window_left << ", " << o.window_right << "]"
-       << ", \"documents\": " << documents_json(o.document_lengths, report.padding)
+       << ", \"documents\": " << documents_json(o, report.padding)
        << ", \"selection\": " << (report.selection.empty() ? "null" : "\"" + report.selection + "\"")
        << ", \"backward\": " << (report.backward ? "true" : "false") << ", \"iters\": " << o.iters
        << ", \"seed\": " << o.seed << ", \"time_ms\": {\"forward\": ";

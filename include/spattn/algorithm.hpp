@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "spattn/attention_options.hpp"
+
 namespace spattn {
 
 enum class Algorithm {
@@ -26,9 +28,11 @@ std::string algorithm_name(Algorithm algorithm);
 Algorithm parse_algorithm(const std::string& name);
 
 /// "" when `algorithm` takes the packed documents of `document_lengths`
-/// (AttentionOptions::document_lengths; none: every algorithm), else why: every strategy but usp
-/// takes them so far. Plans refuse what it refuses, on every rank before any transfer.
-std::string documents_unsupported(Algorithm algorithm, const std::vector<int64_t>& document_lengths);
+/// (AttentionOptions::document_lengths; none: every algorithm) split by `split`, else why: every
+/// strategy but usp takes them so far, each document split on its own; all-gather alone also
+/// splits the whole sequence. Plans refuse what it refuses, on every rank before any transfer.
+std::string documents_unsupported(Algorithm algorithm, const std::vector<int64_t>& document_lengths,
+                                  DocumentSplit split = DocumentSplit::per_document);
 
 /// Parameters only some strategies read.
 struct StrategyOptions {

@@ -27,10 +27,16 @@ std::string algorithm_name(Algorithm algorithm) { return algorithm_names().name(
 
 Algorithm parse_algorithm(const std::string& name) { return algorithm_names().parse(name); }
 
-std::string documents_unsupported(Algorithm algorithm, const std::vector<int64_t>& document_lengths) {
-  if (document_lengths.empty() || algorithm != Algorithm::usp) return "";
-  return "packed documents (document_lengths) are taken by ring, zigzag, ulysses, hamilton, hamilton2 and allgather "
-         "so far, not by 'usp'";
+std::string documents_unsupported(Algorithm algorithm, const std::vector<int64_t>& document_lengths,
+                                  DocumentSplit split) {
+  if (document_lengths.empty()) return "";
+  if (algorithm == Algorithm::usp)
+    return "packed documents (document_lengths) are taken by ring, zigzag, ulysses, hamilton, hamilton2 and "
+           "allgather so far, not by 'usp'";
+  if (split == DocumentSplit::whole_sequence && algorithm != Algorithm::allgather)
+    return "document_split whole_sequence (Llama 3's context parallelism) is all-gather's alone; " +
+           algorithm_name(algorithm) + " splits each document on its own: use document_split per_document";
+  return "";
 }
 
 }  // namespace spattn

@@ -65,11 +65,8 @@ namespace {
 
 // documents_error without the seq.
 std::string layout_error(Algorithm algorithm, int ranks, int nodes, const AttentionOptions& options) {
-  const std::string unsupported = documents_unsupported(algorithm, options.document_lengths);
+  const std::string unsupported = documents_unsupported(algorithm, options.document_lengths, options.document_split);
   if (!unsupported.empty()) return unsupported;
-  if (options.document_split == DocumentSplit::whole_sequence && algorithm != Algorithm::allgather)
-    return "document_split whole_sequence (Llama 3's context parallelism) is all-gather's alone; " +
-           algorithm_name(algorithm) + " splits each document on its own: use document_split per_document";
   if (algorithm != Algorithm::allgather && algorithm != Algorithm::ulysses) {
     const std::string cycles = rotation_form(algorithm, ranks, options.causal, nodes).cycles_error;
     if (!cycles.empty()) return cycles;

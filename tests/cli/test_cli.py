@@ -119,7 +119,7 @@ class NpyInputsAndOutputs(unittest.TestCase):
         self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
         report = json.loads(result.stdout.strip().splitlines()[-1])
         self.assertEqual(report["check"], "pass")
-        self.assertEqual(report["documents"], {"lengths": documents, "padding": 12})
+        self.assertEqual(report["documents"], {"lengths": documents, "padding": 12, "split": "per_document"})
         B, S, H, HK, D = self.B, self.S, self.H, self.HK, self.D
         expected_out, expected_lse = reference(self.q, self.k, self.v, B, S, H, HK, D, causal=True,
                                                documents=documents)
@@ -128,6 +128,24 @@ class NpyInputsAndOutputs(unittest.TestCase):
         self.assertEqual((out_shape, lse_shape), ((B, S, H, D), (B, H, S)))
         self.assertLess(max(abs(a - b) for a, b in zip(out, expected_out)), 1e-5)
         self.assertLess(max(abs(a - b) for a, b in zip(lse, expected_lse)), 1e-5)
+
+    def test_whole_sequence_documents_match_an_independent_reference(self):
+        documents = [5, 11, 1, 7]  # 24 tokens: stretches of 8 over 3 ranks cut documents 1 and 3
+        result = spattn(3, "run", "--algo", "allgather", "--causal", "--backward", "--check", "--doc-lens",
+                        ",".join(map(str, documents)), "--doc-split", "whole_sequence", "--inputs", self.inputs,
+                        "--outputs", self.outputs, "--json")
+        self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+        report = json.loads(result.stdout.strip().splitlines()[-1])
+        self.assertEqual(report["check"], "pass")
+        self.assertEqual(report["documents"], {"lengths": documents, "padding": 0, "split": "whole_sequence"})
+        B, S, H, HK, D = self.B, self.S, self.H, self.HK, self.D
+        expected_out, _ = reference(self.q, self.k, self.v, B, S, H, HK, D, causal=True, documents=documents)
+        out, _ = read_npy(os.path.join(self.outputs, "out.npy"))
+        self.assertLess(max(abs(a - b) for a, b in zip(out, expected_out)), 1e-5)
+        refused = spattn(2, "run", "--algo", "zigzag", "--doc-lens", "5,7", "--doc-split", "whole_sequence")
+        self.assertEqual(refused.returncode, 1)
+        self.assertIn("document_split whole_sequence (Llama 3's context parallelism) is all-gather's alone",
+                      refused.stdout + refused.stderr)
 
     def test_documents_that_do_not_fill_the_inputs_are_refused(self):
         result = spattn(2, "run", "--doc-lens", "5,5", "--inputs", self.inputs)

@@ -203,6 +203,16 @@ TEST(CliOptionsTest, DocumentLengthsFillTheSequence) {
             "spattn: --doc-lens -3: " + document_lengths_error({-3}));
 }
 
+TEST(CliOptionsTest, DocumentSplitNeedsDocuments) {
+  EXPECT_EQ(parse_run({"--doc-lens", "5,7"}).document_split, DocumentSplit::per_document);
+  EXPECT_EQ(parse_run({"--doc-lens", "5,7", "--doc-split", "whole_sequence"}).document_split,
+            DocumentSplit::whole_sequence);
+  EXPECT_EQ(usage_error({"run", "--doc-split", "whole_sequence"}),
+            "spattn: --doc-split whole_sequence needs packed documents: give their lengths with --doc-lens");
+  EXPECT_THAT(usage_error({"run", "--doc-lens", "5,7", "--doc-split", "llama3"}),
+              AllOf(HasSubstr("--doc-split"), HasSubstr("'llama3'"), HasSubstr("per_document, whole_sequence")));
+}
+
 TEST(CliOptionsTest, KernelChoosesTheCudaKernels) {
   EXPECT_EQ(parse_run({"--device", "cuda", "--kernel", "own"}).kernel, KernelChoice::own);
   EXPECT_EQ(parse_run({"--kernel=cudnn", "--device=cuda"}).kernel, KernelChoice::cudnn);
