@@ -59,10 +59,6 @@ LayoutKind document_layout_kind(Algorithm algorithm, int ranks, bool causal, int
   return rotation_form(algorithm, ranks, causal, nodes).layout;
 }
 
-}  // namespace
-
-namespace {
-
 // documents_error without the seq.
 std::string layout_error(Algorithm algorithm, int ranks, int nodes, const AttentionOptions& options) {
   const std::string unsupported = documents_unsupported(algorithm, options.document_lengths, options.document_split);
@@ -74,21 +70,26 @@ std::string layout_error(Algorithm algorithm, int ranks, int nodes, const Attent
   return document_lengths_error(options.document_lengths);
 }
 
-}  // namespace
-
-DocumentLayout strategy_document_layout(Algorithm algorithm, int ranks, int nodes, const AttentionOptions& options) {
-  const std::string error = layout_error(algorithm, ranks, nodes, options);
-  SPATTN_CHECK(error.empty(), error);
+// The documents' layout, once layout_error has found nothing.
+DocumentLayout checked_document_layout(Algorithm algorithm, int ranks, int nodes, const AttentionOptions& options) {
   if (options.document_split == DocumentSplit::whole_sequence)
     return DocumentLayout::whole_sequence(options.document_lengths, ranks);
   return DocumentLayout(document_layout_kind(algorithm, ranks, options.causal, nodes), options.document_lengths,
                         ranks);
 }
 
+}  // namespace
+
+DocumentLayout strategy_document_layout(Algorithm algorithm, int ranks, int nodes, const AttentionOptions& options) {
+  const std::string error = layout_error(algorithm, ranks, nodes, options);
+  SPATTN_CHECK(error.empty(), error);
+  return checked_document_layout(algorithm, ranks, nodes, options);
+}
+
 std::string documents_error(Algorithm algorithm, int64_t seq, int ranks, int nodes, const AttentionOptions& options) {
   const std::string error = layout_error(algorithm, ranks, nodes, options);
   if (!error.empty()) return error;
-  const DocumentLayout documents = strategy_document_layout(algorithm, ranks, nodes, options);
+  const DocumentLayout documents = checked_document_layout(algorithm, ranks, nodes, options);
   const int64_t padded = documents.sequence_layout().global_length();
   if (seq == padded) return "";
   return "seq " + std::to_string(seq) + " does not match the packed documents: " + documents.describe() +
