@@ -15,6 +15,7 @@
 // documents (every token sees every earlier one: a ring that knows no documents) comes beside them.
 // All of them count the documents' FLOP, the work the documents ask for. Each strategy's line
 // `work per rank` gives the most query-key pairs a rank computes over the mean (1: equal work).
+// All-gather runs twice, per document and over the whole sequence (rows `allgather_whole_sequence`).
 //
 //   mpirun -np N spattn_gpu_bench [--algos ring,zigzag,ulysses,hamilton,allgather,usp]
 //       [--tokens-per-gpu 8192,32768,65536] [--heads 32] [--kv-heads 32,8] [--head-dim 128]
@@ -43,6 +44,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench_options.hpp"
@@ -429,25 +431,37 @@ void time_documents(Communicator& world, Communicator& communicator, Communicato
     add_rows(rows, Row{name + "_one_gpu", "local", 1, shape.seq, shape.kv_heads, causal}, ideal, flop, PassTimes{});
     write_and_clear(world, options, rows);
   }
+  // All-gather also runs over the whole sequence (Llama 3's split: contiguous stretches, documents
+  // cut wherever the stretches end), the split that llama3_flash_attn_varlen_func users get.
+  std::vector<std::pair<std::string, DocumentSplit>> entries;
   for (const std::string& algorithm_name : options.algorithms) {
+    entries.emplace_back(algorithm_name, DocumentSplit::per_document);
+    if (parse_algorithm(algorithm_name) == Algorithm::allgather)
+      entries.emplace_back(algorithm_name, DocumentSplit::whole_sequence);
+  }
+  for (const auto& [algorithm_name, split] : entries) {
     const Algorithm algorithm = parse_algorithm(algorithm_name);
-    if (!documents_unsupported(algorithm, attention.document_lengths, attention.document_split).empty()) {
-      if (world.rank() == 0) std::printf("%s takes no packed documents\n", algorithm_name.c_str());
+    attention.document_split = split;
+    const std::string label =
+        split == DocumentSplit::per_document ? algorithm_name : algorithm_name + "_" + document_split_name(split);
+    if (!documents_unsupported(algorithm, attention.document_lengths, split).empty()) {
+      if (world.rank() == 0) std::printf("%s takes no packed documents\n", label.c_str());
       continue;
     }
     AttentionShape padded = shape;
     padded.seq = plan_document_layout(algorithm, gpus, attention).sequence_layout().global_length();
-    announce(world, name + " " + algorithm_name, causal, padded.seq);
-    const std::optional<PassTimes> measured = measure_on_every_rank(world, algorithm_name, [&] {
+    announce(world, name + " " + label, causal, padded.seq);
+    const std::optional<PassTimes> measured = measure_on_every_rank(world, label, [&] {
       return time_strategy(world, communicator, algorithm, padded, attention, options);
     });
     if (!measured) continue;
     if (world.rank() == 0)
-      std::printf("%s work per rank: the most over the mean %.4f (%lld tokens of padding)\n", algorithm_name.c_str(),
+      std::printf("%s work per rank: the most over the mean %.4f (%lld tokens of padding)\n", label.c_str(),
                   work_per_rank_imbalance(algorithm, gpus, attention), static_cast<long long>(padded.seq - shape.seq));
-    add_rows(rows, Row{name, algorithm_name, gpus, tokens_per_gpu, shape.kv_heads, causal}, *measured, flop, ideal);
+    add_rows(rows, Row{name, label, gpus, tokens_per_gpu, shape.kv_heads, causal}, *measured, flop, ideal);
     write_and_clear(world, options, rows);
   }
+  attention.document_split = DocumentSplit::per_document;
   // The ring that knows no documents: the whole sequence under the mask alone.
   AttentionOptions plain = attention;
   plain.document_lengths.clear();

@@ -5,7 +5,8 @@
 # build (scripts/build.sh). Extra arguments go to every run, e.g. --dtype fp32. Strategies that do not exist at a rank count (hamilton at 4 and 6 ranks)
 # are listed as such. SPATTN_SWEEP_PASS=forward checks the forward alone (out and lse).
 # SPATTN_SWEEP_DOC_LENS=L1,L2,... runs every strategy that takes packed documents on those
-# (--doc-lens, in place of --seq) and lists usp, which takes none, as such.
+# (--doc-lens, in place of --seq) and lists usp, which takes none, as such; all-gather runs twice
+# there, per document and over the whole sequence (--doc-split whole_sequence, Llama 3's split).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -39,7 +40,12 @@ PY
 
 failed=0
 printf '%-10s %-6s %-6s %-6s %-21s %-21s %-21s %-21s %-21s %s\n' algo ranks causal seq out lse dq dk dv check
-for algo in ring zigzag ulysses hamilton hamilton2 allgather usp; do
+entries=(ring zigzag ulysses hamilton hamilton2 allgather usp)
+[[ -n ${SPATTN_SWEEP_DOC_LENS:-} ]] && entries+=(allgather:whole_sequence)
+for entry in "${entries[@]}"; do
+  algo=${entry%%:*}
+  split=()
+  [[ $entry == *:* ]] && split=(--doc-split "${entry#*:}")
   for causal in no yes; do
     for ranks in ${SPATTN_SWEEP_RANKS:-1 2 3 4 5 6 7 8}; do
       if [[ $algo == hamilton && ( $ranks == 4 || $ranks == 6 ) ]]; then
@@ -54,7 +60,7 @@ for algo in ring zigzag ulysses hamilton hamilton2 allgather usp; do
         fi
         shape=(--doc-lens "$SPATTN_SWEEP_DOC_LENS" "${shape[@]:2}")  # in place of --seq S
       fi
-      flags=("${shape[@]}" --head-dim 64 --dtype bf16)
+      flags=("${shape[@]}" "${split[@]}" --head-dim 64 --dtype bf16)
       [[ $causal == yes ]] && flags+=(--causal)
       [[ ${SPATTN_SWEEP_PASS:-backward} == backward ]] && flags+=(--backward)
       # A failed check still ends with its report (and a non-zero status); a run that ends
@@ -66,7 +72,7 @@ for algo in ring zigzag ulysses hamilton hamilton2 allgather usp; do
         failed=1
         continue
       fi
-      python3 - "$algo" "$ranks" "$causal" "$line" <<'PY'
+      python3 - "${entry/:whole_sequence//whole}" "$ranks" "$causal" "$line" <<'PY'
 import json, sys
 algo, ranks, causal, line = sys.argv[1:]
 report = json.loads(line)

@@ -65,14 +65,15 @@ def test_prepare_refuses_what_does_not_split():
         spattn.llama3_flash_attn_prepare_cu_seqlens(torch.tensor([0, 8]), True, 2, 2)
 
 
-def run_llama3(name: str, problem: Problem, lengths, inputs):
-    """`name` forward and backward on this rank's stretch; out, lse, dq, dk, dv of every rank gathered."""
+def run_llama3(name: str, problem: Problem, lengths, inputs, device: str):
+    """`name` forward and backward on this rank's stretch on `device`; out, lse, dq, dk, dv of every
+    rank gathered on the CPU."""
     func, packing = FUNCTIONS[name]
     rank, ranks = dist.get_rank(), dist.get_world_size()
     per_rank = problem.seq // ranks
     stretch = slice(rank * per_rank, (rank + 1) * per_rank)
-    q, k, v, dout = (inputs[key][0, stretch] for key in ("q", "k", "v", "dout"))  # (T/N, heads, D)
-    cu_seqlens = torch.tensor([0] + lengths, dtype=torch.int32).cumsum(0).to(torch.int32)
+    q, k, v, dout = (inputs[key][0, stretch].to(device) for key in ("q", "k", "v", "dout"))  # (T/N, heads, D)
+    cu_seqlens = torch.tensor([0] + lengths, dtype=torch.int32).cumsum(0).to(torch.int32).to(device)
     prepared = spattn.llama3_flash_attn_prepare_cu_seqlens(cu_seqlens, problem.causal, rank, ranks)
     options = dict(causal=problem.causal, window_size=problem.window, softmax_scale=problem.softmax_scale,
                    return_attn_probs=True)
@@ -93,21 +94,27 @@ def run_llama3(name: str, problem: Problem, lengths, inputs):
     out.backward(dout)
     gathered = {}
     for key, tensor in zip(OUTPUTS, [out, lse, *grads()]):
-        tensor = tensor.detach().double().contiguous()
+        tensor = tensor.detach().double().cpu().contiguous()
         shards = [torch.empty_like(tensor) for _ in range(ranks)]
         dist.all_gather(shards, tensor)
         gathered[key] = torch.cat(shards, dim=1 if key == "lse" else 0).unsqueeze(0)
     return gathered
 
 
-def check(name: str, dtype: torch.dtype, causal: bool, window=(-1, -1)):
+def measure(name: str, dtype: torch.dtype, causal: bool, window=(-1, -1), device: str = "cpu", head_dim: int = 16):
+    """`name` on `device` over this rank's stretch of packed sequences: (its results gathered, the
+    single-rank baseline, the per-sequence fp64 reference, where: the case and its seed)."""
     _, packing = FUNCTIONS[name]
     lengths = sequence_lengths(dist.get_world_size())
-    problem, inputs, seed = packed_problem(lengths, packing, dtype, causal, window, head_dim=16)
-    failures = accuracy_failures(run_llama3(name, problem, lengths, inputs),
-                                 single_rank_packed(problem, lengths, inputs, "cpu"),
-                                 per_sequence_reference(problem, lengths, inputs))
-    where = f"{name} {problem} sequences {lengths} at {dist.get_world_size()} ranks, seed {seed}"
+    problem, inputs, seed = packed_problem(lengths, packing, dtype, causal, window, head_dim)
+    where = f"{name} {problem} sequences {lengths} at {dist.get_world_size()} ranks on {device}, seed {seed}"
+    return (run_llama3(name, problem, lengths, inputs, device), single_rank_packed(problem, lengths, inputs, device),
+            per_sequence_reference(problem, lengths, inputs), where)
+
+
+def check(name: str, dtype: torch.dtype, causal: bool, window=(-1, -1)):
+    results, single, expected, where = measure(name, dtype, causal, window)
+    failures = accuracy_failures(results, single, expected)
     assert not failures, f"{where}: {failures}"
 
 

@@ -1,6 +1,6 @@
 """The wrappers on CUDA tensors over NCCL: every strategy's out, lse and gradients against the
 fp64 reference next to one GPU running the whole sequence (cuDNN), on torch's current stream,
-over any process group, under torch.compile, packed sequences (the varlen functions), and a bad
+over any process group, under torch.compile, packed sequences (the varlen and llama3 functions), and a bad
 argument on one rank failing every rank."""
 
 import pytest
@@ -10,6 +10,7 @@ import torch.distributed as dist
 import spattn
 from attention_checks import (Problem, accuracy_failures, distributed, fresh_seed, full_inputs, max_error,
                               raises_on_every_rank, reference, single_rank)
+from test_llama3 import measure as measure_llama3
 from test_varlen import measure as measure_varlen
 
 SEQ = 48  # splits for every strategy at 1 and 2 ranks (hamilton: S % 2N(N-1))
@@ -64,6 +65,14 @@ def test_varlen_packed_sequences_match_a_per_sequence_reference(name, causal):
     # Sequences of one token per rank among longer ones: the one-query, one-key pieces cuDNN's
     # backward refuses by itself.
     judge(*measure_varlen(name, torch.bfloat16, causal, device="cuda", head_dim=64))
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("name", ["llama3_flash_attn_varlen_func", "llama3_flash_attn_varlen_qkvpacked_func"])
+def test_llama3_packed_sequences_match_a_per_sequence_reference(name, causal):
+    # Llama 3's split: each GPU a contiguous stretch, sequences cut wherever the stretches end (one of
+    # one token, one longer than half of them all), all-gather of the keys and values.
+    judge(*measure_llama3(name, torch.bfloat16, causal, device="cuda", head_dim=64))
 
 
 def test_calls_follow_torchs_current_stream():
