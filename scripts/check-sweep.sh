@@ -3,9 +3,10 @@
 # prints one line per run: the max errors against the fp64 reference (distributed / single
 # device) and the verdict (pass, fail, or error for a run that ended without its report). Needs a
 # build (scripts/build.sh). Extra arguments go to every run, e.g. --dtype fp32. Strategies that do not exist at a rank count (hamilton at 4 and 6 ranks)
-# are listed as such. SPATTN_SWEEP_PASS=forward checks the forward alone (out and lse).
+# are listed as such. SPATTN_SWEEP_PASS=forward checks the forward alone (out and lse);
+# SPATTN_SWEEP_ALGOS="ring stripe" runs those strategies alone.
 # SPATTN_SWEEP_DOC_LENS=L1,L2,... runs every strategy that takes packed documents on those
-# (--doc-lens, in place of --seq) and lists usp, which takes none, as such; all-gather runs twice
+# (--doc-lens, in place of --seq) and lists usp and stripe, which take none, as such; all-gather runs twice
 # there, per document and over the whole sequence (--doc-split whole_sequence, Llama 3's split).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -19,7 +20,7 @@ import sys
 algo, ranks = sys.argv[1], int(sys.argv[2])
 heads, kv_heads, extra = 8, 2, []
 unit = 2 * ranks
-if algo == "ring":
+if algo in ("ring", "stripe"):
     unit = ranks
 elif algo == "hamilton":
     unit = 2 * ranks * max(1, ranks - 1)
@@ -40,8 +41,8 @@ PY
 
 failed=0
 printf '%-10s %-6s %-6s %-6s %-21s %-21s %-21s %-21s %-21s %s\n' algo ranks causal seq out lse dq dk dv check
-entries=(ring zigzag ulysses hamilton hamilton2 allgather usp)
-[[ -n ${SPATTN_SWEEP_DOC_LENS:-} ]] && entries+=(allgather:whole_sequence)
+read -r -a entries <<<"${SPATTN_SWEEP_ALGOS:-ring zigzag stripe ulysses hamilton hamilton2 allgather usp}"
+[[ -n ${SPATTN_SWEEP_DOC_LENS:-} && " ${entries[*]} " == *" allgather "* ]] && entries+=(allgather:whole_sequence)
 for entry in "${entries[@]}"; do
   algo=${entry%%:*}
   split=()
@@ -54,8 +55,8 @@ for entry in "${entries[@]}"; do
       fi
       read -r -a shape <<<"$(run_arguments "$algo" "$ranks")"
       if [[ -n ${SPATTN_SWEEP_DOC_LENS:-} ]]; then
-        if [[ $algo == usp ]]; then
-          printf '%-10s %-6s %-6s usp takes no packed documents\n' "$algo" "$ranks" "$causal"
+        if [[ $algo == usp || $algo == stripe ]]; then
+          printf '%-10s %-6s %-6s %s takes no packed documents\n' "$algo" "$ranks" "$causal" "$algo"
           continue
         fi
         shape=(--doc-lens "$SPATTN_SWEEP_DOC_LENS" "${shape[@]:2}")  # in place of --seq S

@@ -335,8 +335,10 @@ std::string comparison_table(const PlanCase& plan, const std::vector<StrategyCos
 std::string plan_refusal(const PlanOptions& options) {
   if (options.compare) return "";
   const PlanCase plan = plan_case(options);
-  return strategy_error(parse_algorithm(options.algorithm), plan.shape, plan.ranks, plan.attention.causal,
-                        plan.strategy_options);
+  const Algorithm algorithm = parse_algorithm(options.algorithm);
+  const std::string mask = mask_unsupported(algorithm, plan.attention);
+  if (!mask.empty()) return mask;
+  return strategy_error(algorithm, plan.shape, plan.ranks, plan.attention.causal, plan.strategy_options);
 }
 
 std::string plan_text(const PlanOptions& options) {

@@ -13,6 +13,7 @@ namespace spattn {
 enum class Algorithm {
   ring,       ///< ring attention: keys and values pass around a ring, contiguous shards
   zigzag,     ///< ring attention over the zigzag layout: equal work per rank under a causal mask
+  stripe,     ///< ring attention over the stripe layout (striped attention): equal work per rank and step
   ulysses,    ///< all-to-all from sequence shards to head shards, local attention, and back
   hamilton,   ///< Hamiltonian-cycle attention (TASP): n-1 cycles keep every link busy
   hamilton2,  ///< two-level Hamiltonian cycles for nodes of m ranks (StrategyOptions::nodes)
@@ -22,17 +23,23 @@ enum class Algorithm {
 
 /// Every algorithm, in the order help texts list them.
 const std::vector<Algorithm>& all_algorithms();
-/// "ring", "zigzag", "ulysses", "hamilton", "hamilton2", "allgather" or "usp".
+/// "ring", "zigzag", "stripe", "ulysses", "hamilton", "hamilton2", "allgather" or "usp".
 std::string algorithm_name(Algorithm algorithm);
 /// Throws Error naming the allowed names.
 Algorithm parse_algorithm(const std::string& name);
 
 /// "" when `algorithm` takes the packed documents of `document_lengths`
 /// (AttentionOptions::document_lengths; none: every algorithm) split by `split`, else why: every
-/// strategy but usp takes them so far, each document split on its own; all-gather alone also
-/// splits the whole sequence. Plans refuse what it refuses, on every rank before any transfer.
+/// strategy but usp and stripe take them so far, each document split on its own; all-gather
+/// alone also splits the whole sequence. Plans refuse what it refuses, on every rank before any
+/// transfer.
 std::string documents_unsupported(Algorithm algorithm, const std::vector<int64_t>& document_lengths,
                                   DocumentSplit split = DocumentSplit::per_document);
+
+/// "" when `algorithm` takes the mask of `options`, else why: stripe takes a causal mask or none,
+/// no sliding window (its layout's positions are N apart: SequenceLayout::mask_position). Plans,
+/// the cost model and `spattn plan` refuse what it refuses.
+std::string mask_unsupported(Algorithm algorithm, const AttentionOptions& options);
 
 /// Parameters only some strategies read.
 struct StrategyOptions {

@@ -131,7 +131,7 @@ struct StrategyCost {
   bool applies() const { return not_applicable.empty(); }
 };
 
-/// The algorithms that rotate along cycles: ring, zigzag, hamilton, hamilton2.
+/// The algorithms that rotate along cycles: ring, zigzag, stripe, hamilton, hamilton2.
 const std::vector<Algorithm>& rotation_algorithms();
 
 /// The cost of `algorithm` on `ranks` ranks (1 or more; on one rank every strategy is local

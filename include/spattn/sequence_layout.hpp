@@ -17,12 +17,17 @@ enum class LayoutKind {
   /// The sequence is cut into 2N chunks; rank r holds chunks r and 2N-1-r, so that under a
   /// causal mask every rank has the same work. Needs S % 2N == 0.
   zigzag,
+  /// Striped attention's layout: rank r holds tokens r, r + N, r + 2N, ... (one chunk whose
+  /// positions are N apart), so that under a causal mask every rank has the same work at every
+  /// step of a ring. Needs S % N == 0.
+  stripe,
 };
 
-/// "contiguous" or "zigzag".
+/// "contiguous", "zigzag" or "stripe".
 std::string layout_name(LayoutKind kind);
 
-/// A stretch of the global sequence held by one rank.
+/// A stretch of the global sequence held by one rank: `length` tokens at global positions
+/// position, position + stride, ... (SequenceLayout::position_stride: 1 but in the stripe layout).
 struct SequenceChunk {
   int64_t position = 0;      // global position of its first token
   int64_t length = 0;        // tokens
@@ -64,13 +69,26 @@ class SequenceLayout {
   int64_t local_length() const { return global_length_ / ranks(); }
   /// The chunks of `rank`, in the order they sit in its shard.
   const std::vector<SequenceChunk>& chunks(int rank) const;
+  /// The distance between the global positions of a chunk's consecutive tokens: N in the stripe
+  /// layout, 1 in every other.
+  int64_t position_stride() const { return position_stride_; }
+  /// Where the token at global `position` sits among the positions that the mask compares for
+  /// `viewer`'s queries, in which every chunk's tokens are consecutive: `position` itself in every
+  /// layout but stripe. There (stride N) it is the token's stripe, plus one for a token of a rank
+  /// after the viewer: the viewer's query i (global iN + r) sees key j of rank s (global jN + s)
+  /// under a causal mask exactly when j + [s > r] <= i. Only a causal mask, or none, keeps its
+  /// meaning in these positions (a window's width would shrink N times): the stripe layout takes
+  /// no sliding window and no packed documents.
+  int64_t mask_position(int64_t position, int viewer) const;
 
  private:
-  SequenceLayout(std::string name, int64_t global_length, std::vector<std::vector<SequenceChunk>> chunks);
+  SequenceLayout(std::string name, int64_t global_length, std::vector<std::vector<SequenceChunk>> chunks,
+                 int64_t position_stride = 1);
 
   std::string name_;
   int64_t global_length_;
   std::vector<std::vector<SequenceChunk>> chunks_;  // per rank
+  int64_t position_stride_ = 1;
 };
 
 /// Copies rank `rank`'s shard of `full` (the whole sequence along `seq_dim`) into `local`.

@@ -1,7 +1,7 @@
 """spattn: distributed exact attention (sequence parallelism) for PyTorch.
 
 Drop-in functions with ring-flash-attn's signatures (ring_flash_attn_func, zigzag_ring_flash_attn_func,
-their kvpacked/qkvpacked forms, their varlen forms over packed sequences and the llama3 ones with
+stripe_flash_attn_func, their kvpacked/qkvpacked forms, their varlen forms over packed sequences and the llama3 ones with
 llama3_flash_attn_prepare_cu_seqlens) and the same shape for every other spattn strategy
 (ulysses_attn_func, hamilton_attn_func, hamilton2_attn_func, allgather_attn_func, usp_attn_func),
 the UlyssesAttention module, yunchang's set_seq_parallel_pg and LongContextAttention (USP), and
@@ -27,6 +27,9 @@ from .functional import (
     ring_flash_attn_func,
     ring_flash_attn_kvpacked_func,
     ring_flash_attn_qkvpacked_func,
+    stripe_flash_attn_func,
+    stripe_flash_attn_kvpacked_func,
+    stripe_flash_attn_qkvpacked_func,
     ulysses_attn_func,
     usp_attn_func,
     zigzag_ring_flash_attn_func,
@@ -72,6 +75,9 @@ __all__ = [
     "ring_flash_attn_func",
     "ring_flash_attn_kvpacked_func",
     "ring_flash_attn_qkvpacked_func",
+    "stripe_flash_attn_func",
+    "stripe_flash_attn_kvpacked_func",
+    "stripe_flash_attn_qkvpacked_func",
     "ulysses_attn_func",
     "usp_attn_func",
     "zigzag_ring_flash_attn_func",

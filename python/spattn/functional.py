@@ -175,6 +175,34 @@ def zigzag_ring_flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None
                                        deterministic, return_attn_probs, group, kernel=kernel)
 
 
+def stripe_flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                           alibi_slopes=None, deterministic=False, return_attn_probs=False,
+                           group=None, *, kernel="auto") -> AttentionResult:
+    """Striped attention; rank r holds tokens r, r + N, r + 2N, ... of the sequence, so that under a
+    causal mask every rank has the same work at every step of the ring. A causal mask or none (a
+    sliding window is refused)."""
+    return _attention("stripe", q, k, v, dropout_p, softmax_scale, causal, window_size, alibi_slopes,
+                      return_attn_probs, group, kernel)
+
+
+def stripe_flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                                    alibi_slopes=None, deterministic=False, return_attn_probs=False,
+                                    group=None, *, kernel="auto") -> AttentionResult:
+    """stripe_flash_attn_func with kv: (B, S_local, 2, HK, D)."""
+    k, v = _split_packed("kv", kv, 2)
+    return stripe_flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, alibi_slopes,
+                                  deterministic, return_attn_probs, group, kernel=kernel)
+
+
+def stripe_flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                                     alibi_slopes=None, deterministic=False, return_attn_probs=False,
+                                     group=None, *, kernel="auto") -> AttentionResult:
+    """stripe_flash_attn_func with qkv: (B, S_local, 3, H, D)."""
+    q, k, v = _split_packed("qkv", qkv, 3)
+    return stripe_flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, alibi_slopes,
+                                  deterministic, return_attn_probs, group, kernel=kernel)
+
+
 def ulysses_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
                       alibi_slopes=None, deterministic=False, return_attn_probs=False,
                       group=None, *, kernel="auto") -> AttentionResult:
@@ -222,6 +250,7 @@ def usp_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wind
 ATTENTION_FUNCTIONS = {
     "ring": ring_flash_attn_func,
     "zigzag": zigzag_ring_flash_attn_func,
+    "stripe": stripe_flash_attn_func,
     "ulysses": ulysses_attn_func,
     "hamilton": hamilton_attn_func,
     "allgather": allgather_attn_func,

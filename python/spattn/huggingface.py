@@ -188,5 +188,6 @@ def _wrong_positions(position_ids: Optional[torch.Tensor], algorithm: str, group
     if position_ids.shape[-1] == local_seq and bool((position_ids == expected).all()):
         return None
     chunks = [(position, length) for position, length, _ in layout.chunks(rank)]
+    stride = f", tokens {layout.position_stride} apart" if layout.position_stride > 1 else ""
     return (f"position_ids are not the global positions of this rank's tokens in the {layout.name} layout "
-            f"((start, length) chunks {chunks}); pass position_ids=layout.positions(rank)[None]")
+            f"((start, length) chunks {chunks}{stride}); pass position_ids=layout.positions(rank)[None]")

@@ -2,8 +2,9 @@
 into a rank's shard and put shards back together, so nobody reorders tokens by hand.
 
 ring, ulysses: rank r holds the r-th of N equal stretches. zigzag, allgather (and hamilton when
-causal): the sequence is cut into 2N chunks and rank r holds chunks r and 2N-1-r. usp: the
-across-groups layout, each group's tokens split contiguously over its ranks.
+causal): the sequence is cut into 2N chunks and rank r holds chunks r and 2N-1-r. stripe: rank r
+holds tokens r, r + N, r + 2N, ... (one chunk of stride N). usp: the across-groups layout, each
+group's tokens split contiguously over its ranks.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from .plans import get_plan
 
 
 class SequenceLayout:
-    """The layout of one plan: `chunks(rank)` as (position, length, local_offset) in shard order."""
+    """The layout of one plan: `chunks(rank)` as (position, length, local_offset) in shard order,
+    the tokens of a chunk `position_stride` apart."""
 
     def __init__(self, plan) -> None:
         self._plan = plan
@@ -40,13 +42,21 @@ class SequenceLayout:
     def ranks(self) -> int:
         return self._plan.ranks
 
+    @property
+    def position_stride(self) -> int:
+        """The distance between the global positions of a chunk's consecutive tokens: N for
+        stripe, 1 for every other layout."""
+        return self._plan.position_stride
+
     def chunks(self, rank: int) -> List[Tuple[int, int, int]]:
-        """(global position, length, offset in the shard) of each chunk `rank` holds."""
+        """(global position of the first token, length, offset in the shard) of each chunk `rank` holds."""
         return self._plan.chunks(rank)
 
     def positions(self, rank: int) -> torch.Tensor:
         """The global positions of `rank`'s tokens, in shard order: (local_length,) int64."""
-        return torch.cat([torch.arange(position, position + length) for position, length, _ in self.chunks(rank)])
+        stride = self.position_stride
+        return torch.cat([torch.arange(position, position + stride * length, stride)
+                          for position, length, _ in self.chunks(rank)])
 
     def shard(self, full: torch.Tensor, rank: int, dim: int = 1) -> torch.Tensor:
         """`rank`'s shard of `full`, whose dimension `dim` is the whole sequence (1 for
@@ -77,7 +87,7 @@ class SequenceLayout:
 def sequence_layout(algorithm: str, seq_len: int, heads: int, kv_heads: Optional[int] = None, *,
                     causal: bool = False, group: Any = None, device: Optional[torch.device] = None,
                     nodes: int = 1, inner: int = 0, across: str = "zigzag") -> SequenceLayout:
-    """The layout that `algorithm` ("ring", "zigzag", "ulysses", "hamilton", "hamilton2",
+    """The layout that `algorithm` ("ring", "zigzag", "stripe", "ulysses", "hamilton", "hamilton2",
     "allgather", "usp") uses for a global sequence of `seq_len` tokens with these head counts,
     mask and degrees (`nodes` of hamilton2; `inner`, `across` of usp), over `group` for tensors on
     `device` (default: the current CUDA device where spattn.setup_distributed chose CUDA, else the

@@ -373,7 +373,9 @@ NB_MODULE(_core, m) {
       .def_prop_ro("global_length", [](const Plan& plan) { return plan.layout().global_length(); })
       .def_prop_ro("local_length", [](const Plan& plan) { return plan.layout().local_length(); })
       .def_prop_ro("ranks", [](const Plan& plan) { return plan.layout().ranks(); })
-      .def("chunks", &Plan::chunks, "rank"_a, "(position, length, local_offset) of each chunk the rank holds.")
+      .def_prop_ro("position_stride", [](const Plan& plan) { return plan.layout().position_stride(); })
+      .def("chunks", &Plan::chunks, "rank"_a,
+           "(position, length, local_offset) of each chunk the rank holds; its tokens position_stride apart.")
       .def("set_stream", &Plan::set_stream, "stream"_a,
            "The CUDA stream (cudaStream_t as an integer) that later calls enqueue their compute on.")
       .def("synchronize", &Plan::synchronize,

@@ -8,6 +8,7 @@ namespace {
 const NameTable<Algorithm>& algorithm_names() {
   static const NameTable<Algorithm> table("algorithm", {{Algorithm::ring, "ring"},
                                                         {Algorithm::zigzag, "zigzag"},
+                                                        {Algorithm::stripe, "stripe"},
                                                         {Algorithm::ulysses, "ulysses"},
                                                         {Algorithm::hamilton, "hamilton"},
                                                         {Algorithm::hamilton2, "hamilton2"},
@@ -30,13 +31,22 @@ Algorithm parse_algorithm(const std::string& name) { return algorithm_names().pa
 std::string documents_unsupported(Algorithm algorithm, const std::vector<int64_t>& document_lengths,
                                   DocumentSplit split) {
   if (document_lengths.empty()) return "";
-  if (algorithm == Algorithm::usp)
+  if (algorithm == Algorithm::usp || algorithm == Algorithm::stripe)
     return "packed documents (document_lengths) are taken by ring, zigzag, ulysses, hamilton, hamilton2 and "
-           "allgather so far, not by 'usp'";
+           "allgather so far, not by '" + algorithm_name(algorithm) + "'";
   if (split == DocumentSplit::whole_sequence && algorithm != Algorithm::allgather)
     return "document_split whole_sequence (Llama 3's context parallelism) is all-gather's alone; " +
            algorithm_name(algorithm) + " splits each document on its own: use document_split per_document";
   return "";
+}
+
+std::string mask_unsupported(Algorithm algorithm, const AttentionOptions& options) {
+  const AttentionMask mask = AttentionMask::from_options(options);
+  // No mask (-1, -1) or the causal one (-1, 0): the two that mean the same in stripe's positions.
+  if (algorithm != Algorithm::stripe || (mask.left < 0 && mask.right <= 0)) return "";
+  return "stripe takes a causal mask or none, not a sliding window (window_left " +
+         std::to_string(options.window_left) + ", window_right " + std::to_string(options.window_right) +
+         "): its ranks hold tokens N apart; use ring, zigzag or hamilton for a window";
 }
 
 }  // namespace spattn

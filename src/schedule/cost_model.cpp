@@ -122,7 +122,7 @@ StepTraffic grouped_rotation_traffic(const CycleSchedule& over_groups, int inner
 }
 
 // Whether a rotation step's attention is half its block under a causal mask: on the balanced
-// layouts (zigzag, and hamilton's over zigzag) every step sees half of its keys on every rank; on
+// layouts (zigzag, stripe, and hamilton's over zigzag) every step sees half of its keys on every rank; on
 // the contiguous ring the last rank sees every earlier rank's keys in full and the steps wait for
 // it, so only its own block, step 0, is halved.
 bool rotation_step_halved(Algorithm algorithm, bool causal, int step) {
@@ -522,8 +522,8 @@ double StepCost::exposed_transfer_seconds() const {
 }
 
 const std::vector<Algorithm>& rotation_algorithms() {
-  static const std::vector<Algorithm> algorithms = {Algorithm::ring, Algorithm::zigzag, Algorithm::hamilton,
-                                                    Algorithm::hamilton2};
+  static const std::vector<Algorithm> algorithms = {Algorithm::ring, Algorithm::zigzag, Algorithm::stripe,
+                                                    Algorithm::hamilton, Algorithm::hamilton2};
   return algorithms;
 }
 
@@ -539,11 +539,14 @@ StrategyCost strategy_cost(const Cluster& cluster, const AttentionShape& shape, 
   const Problem problem{cluster, shape, ranks, attention.causal, AttentionMask::from_options(attention)};
   StrategyCost cost;
   cost.algorithm = algorithm;
-  cost.not_applicable = strategy_error(algorithm, shape, ranks, attention.causal, strategy_options);
+  cost.not_applicable = mask_unsupported(algorithm, attention);
+  if (cost.not_applicable.empty())
+    cost.not_applicable = strategy_error(algorithm, shape, ranks, attention.causal, strategy_options);
   if (!cost.applies()) return cost;
   switch (algorithm) {
     case Algorithm::ring:
     case Algorithm::zigzag:
+    case Algorithm::stripe:
     case Algorithm::hamilton:
     case Algorithm::hamilton2:
       cost_rotation(cost, problem, strategy_options);

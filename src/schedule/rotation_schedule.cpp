@@ -24,6 +24,9 @@ std::string slot_split_error(LayoutKind kind, int64_t global_length, int ranks, 
 
 SlotCut::SlotCut(const SequenceLayout& layout, int slots) : slot_lengths_(static_cast<std::size_t>(slots), 0) {
   SPATTN_CHECK(slots >= 1, "a rotation needs at least 1 slot, got " << slots);
+  // A piece's positions follow its chunk's only where they are consecutive.
+  SPATTN_CHECK(slots == 1 || layout.position_stride() == 1,
+               "the " << layout.name() << " layout's strided chunks travel whole, in one slot; got " << slots);
   int next_longer = 0;  // the slot that takes the next chunk's first extra token
   for (const SequenceChunk& chunk : layout.chunks(0)) {
     const int64_t base = chunk.length / slots, extra = chunk.length % slots;
@@ -59,15 +62,19 @@ std::vector<SlotPiece> SlotCut::slot_pieces(const SequenceLayout& layout, int ra
 std::vector<RotationStepBlock> rotation_step_blocks(const SequenceLayout& layout, const SlotCut& cut,
                                                     const CycleSchedule& schedule, const AttentionMask& mask,
                                                     const DocumentLayout* documents, int rank, int step) {
+  // Blocks carry the positions the mask compares for this rank (SequenceLayout::mask_position):
+  // the global positions in every layout that takes documents.
   std::vector<SlotPiece> held;
   for (int slot = 0; slot < schedule.slots(); ++slot)
     for (const SlotPiece& piece : cut.slot_pieces(layout, schedule.source(slot, rank, step), slot)) {
-      const SlotPiece real = real_part(documents, piece);
+      SlotPiece real = real_part(documents, piece);
+      real.position = layout.mask_position(real.position, rank);
       if (real.length > 0) held.push_back(real);
     }
   std::vector<RotationStepBlock> blocks;
   for (const SequenceChunk& chunk : layout.chunks(rank)) {
-    const SequenceChunk queries = real_part(documents, chunk);
+    SequenceChunk queries = real_part(documents, chunk);
+    queries.position = layout.mask_position(queries.position, rank);
     if (queries.length == 0) continue;
     RotationStepBlock block{queries, {}};
     for (const SlotPiece& piece : held)
@@ -111,9 +118,12 @@ std::vector<std::vector<int64_t>> rotation_visible_pairs(const SequenceLayout& l
     cuts.clear();
     for (int owner = 0; owner < ranks; ++owner) {
       bool seen_whole = false;
-      for (const SequenceChunk& queries : layout.chunks(holder))
+      for (SequenceChunk queries : layout.chunks(holder)) {
+        // Both in the positions the mask compares for the holder (SequenceLayout::mask_position).
+        queries.position = layout.mask_position(queries.position, holder);
         for (std::size_t index = 0; index < key_chunks; ++index) {
-          const SequenceChunk& keys = layout.chunks(owner)[index];
+          SequenceChunk keys = layout.chunks(owner)[index];
+          keys.position = layout.mask_position(keys.position, holder);
           const int64_t q_end = queries.position + queries.length, k_end = keys.position + keys.length;
           if (!mask.any_visible(queries.position, q_end, keys.position, k_end)) continue;
           if (mask.all_visible(queries.position, q_end, keys.position, k_end)) {
@@ -124,6 +134,7 @@ std::vector<std::vector<int64_t>> rotation_visible_pairs(const SequenceLayout& l
             cuts.push_back({owner, queries, keys, index});
           }
         }
+      }
       if (seen_whole) seen.push_back(owner);
     }
     std::fill(by_step.begin(), by_step.end(), 0);

@@ -9,19 +9,28 @@
 
 namespace spattn {
 
-std::string layout_name(LayoutKind kind) { return kind == LayoutKind::contiguous ? "contiguous" : "zigzag"; }
+std::string layout_name(LayoutKind kind) {
+  switch (kind) {
+    case LayoutKind::contiguous: return "contiguous";
+    case LayoutKind::zigzag: return "zigzag";
+    case LayoutKind::stripe: return "stripe";
+  }
+  SPATTN_FAIL("unknown layout kind " << static_cast<int>(kind));
+}
 
 namespace {
 
 int64_t chunks_per_rank(LayoutKind kind) { return kind == LayoutKind::zigzag ? 2 : 1; }
 
-// The chunks of every rank of a contiguous or zigzag layout.
+// The chunks of every rank of a layout of `kind` (stripe: one chunk of stride `ranks`).
 std::vector<std::vector<SequenceChunk>> base_chunks(LayoutKind kind, int64_t global_length, int ranks) {
   std::vector<std::vector<SequenceChunk>> chunks(static_cast<std::size_t>(ranks));
   for (int rank = 0; rank < ranks; ++rank) {
     if (kind == LayoutKind::contiguous) {
       const int64_t length = global_length / ranks;
       chunks[static_cast<std::size_t>(rank)] = {SequenceChunk{rank * length, length, 0}};
+    } else if (kind == LayoutKind::stripe) {
+      chunks[static_cast<std::size_t>(rank)] = {SequenceChunk{rank, global_length / ranks, 0}};
     } else {
       // zigzag: 2N chunks of S / 2N; rank r holds chunk r, then chunk 2N-1-r.
       const int64_t chunk = global_length / (2 * ranks);
@@ -64,12 +73,24 @@ SequenceLayout::SequenceLayout(LayoutKind kind, int64_t global_length, int ranks
   const std::string error = split_error(kind, global_length, ranks);
   SPATTN_CHECK(error.empty(), error);
   chunks_ = base_chunks(kind, global_length, ranks);
+  if (kind == LayoutKind::stripe) position_stride_ = ranks;
 }
 
-SequenceLayout::SequenceLayout(std::string name, int64_t global_length, std::vector<std::vector<SequenceChunk>> chunks)
-    : name_(std::move(name)), global_length_(global_length), chunks_(std::move(chunks)) {}
+SequenceLayout::SequenceLayout(std::string name, int64_t global_length, std::vector<std::vector<SequenceChunk>> chunks,
+                               int64_t position_stride)
+    : name_(std::move(name)),
+      global_length_(global_length),
+      chunks_(std::move(chunks)),
+      position_stride_(position_stride) {}
+
+int64_t SequenceLayout::mask_position(int64_t position, int viewer) const {
+  if (position_stride_ == 1) return position;
+  return position / position_stride_ + (position % position_stride_ > viewer ? 1 : 0);
+}
 
 SequenceLayout SequenceLayout::grouped(const SequenceLayout& group_layout, int ranks_per_group) {
+  SPATTN_CHECK(group_layout.position_stride() == 1,
+               "the " << group_layout.name() << " layout cannot be split within groups: its chunks are strided");
   const int64_t group_length = group_layout.local_length();
   SPATTN_CHECK(ranks_per_group >= 1 && group_length % ranks_per_group == 0,
                "a group of " << group_length << " tokens cannot be split over " << ranks_per_group << " ranks");
@@ -100,6 +121,7 @@ SequenceLayout SequenceLayout::grouped(const SequenceLayout& group_layout, int r
 SequenceLayout SequenceLayout::per_document(LayoutKind kind, const std::vector<int64_t>& document_lengths,
                                             int ranks) {
   SPATTN_CHECK(!document_lengths.empty(), "a packed sequence needs at least one document; got none");
+  SPATTN_CHECK(kind != LayoutKind::stripe, "packed documents are not split in the stripe layout");
   std::vector<std::vector<SequenceChunk>> chunks(static_cast<std::size_t>(std::max(ranks, 0)));
   int64_t document_start = 0;
   int64_t local_start = 0;  // of the document's part in every rank's shard
@@ -136,21 +158,27 @@ void check_shard_shapes(const SequenceLayout& layout, const TensorView& full, co
                               << layout.global_length());
 }
 
+// The tokens of `chunk` in `full` (the whole sequence along `seq_dim`): a strided view.
+TensorView chunk_of(const SequenceLayout& layout, const SequenceChunk& chunk, const TensorView& full, int seq_dim) {
+  TensorView tokens = full.slice(seq_dim, chunk.position, 1);
+  tokens.shape[static_cast<std::size_t>(seq_dim)] = chunk.length;
+  tokens.strides[static_cast<std::size_t>(seq_dim)] *= layout.position_stride();
+  return tokens;
+}
+
 }  // namespace
 
 void shard_sequence(const SequenceLayout& layout, int rank, const TensorView& full, TensorView local, int seq_dim) {
   check_shard_shapes(layout, full, local, seq_dim);
   for (const SequenceChunk& chunk : layout.chunks(rank))
-    copy_host_tensor(full.slice(seq_dim, chunk.position, chunk.length),
-                    local.slice(seq_dim, chunk.local_offset, chunk.length));
+    copy_host_tensor(chunk_of(layout, chunk, full, seq_dim), local.slice(seq_dim, chunk.local_offset, chunk.length));
 }
 
 void unshard_sequence(const SequenceLayout& layout, int rank, const TensorView& local, TensorView full,
                       int seq_dim) {
   check_shard_shapes(layout, full, local, seq_dim);
   for (const SequenceChunk& chunk : layout.chunks(rank))
-    copy_host_tensor(local.slice(seq_dim, chunk.local_offset, chunk.length),
-                    full.slice(seq_dim, chunk.position, chunk.length));
+    copy_host_tensor(local.slice(seq_dim, chunk.local_offset, chunk.length), chunk_of(layout, chunk, full, seq_dim));
 }
 
 }  // namespace spattn

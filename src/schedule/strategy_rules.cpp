@@ -19,6 +19,7 @@ RotationForm rotation_form(Algorithm algorithm, int ranks, bool causal, int node
   switch (algorithm) {
     case Algorithm::ring: return {LayoutKind::contiguous, 1, ""};
     case Algorithm::zigzag: return {LayoutKind::zigzag, 1, ""};
+    case Algorithm::stripe: return {LayoutKind::stripe, 1, ""};
     case Algorithm::hamilton:
       // One rank has no arcs to decompose: it keeps its single slot, as the ring does.
       return {hamilton_layout, std::max(1, ranks - 1), hamiltonian_decomposition_error(ranks)};
@@ -32,7 +33,7 @@ RotationForm rotation_form(Algorithm algorithm, int ranks, bool causal, int node
     default: break;
   }
   SPATTN_FAIL("'" << algorithm_name(algorithm) << "' does not rotate along cycles; the rotations: ring, zigzag, "
-                                                   "hamilton, hamilton2");
+                                                   "stripe, hamilton, hamilton2");
 }
 
 RankCycles rotation_cycles(Algorithm algorithm, int ranks, int nodes) {
@@ -128,6 +129,7 @@ std::string strategy_error(Algorithm algorithm, const AttentionShape& shape, int
   switch (algorithm) {
     case Algorithm::ring:
     case Algorithm::zigzag:
+    case Algorithm::stripe:
     case Algorithm::hamilton:
     case Algorithm::hamilton2:
       return rotation_error(algorithm, shape.seq, ranks, causal, options.nodes);

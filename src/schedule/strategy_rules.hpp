@@ -18,7 +18,7 @@
 
 namespace spattn {
 
-/// How a rotation (ring, zigzag, hamilton, hamilton2) holds the sequence: its layout, the slots
+/// How a rotation (ring, zigzag, stripe, hamilton, hamilton2) holds the sequence: its layout, the slots
 /// every chunk is cut into (one per cycle), and why its cycles do not exist ("" when they do).
 struct RotationForm {
   LayoutKind layout = LayoutKind::contiguous;
@@ -26,7 +26,8 @@ struct RotationForm {
   std::string cycles_error;
 };
 
-/// The form of `algorithm` at `ranks` ranks: ring contiguous, zigzag zigzag, hamilton (the n-1
+/// The form of `algorithm` at `ranks` ranks: ring contiguous, zigzag zigzag, stripe stripe (the
+/// ring's cycle, whole chunks: one slot), hamilton (the n-1
 /// cycles of K*_n) and hamilton2 (two levels over `nodes` nodes) zigzag under a causal mask,
 /// which gives every rank equal work, else contiguous. Throws Error for a strategy that does not
 /// rotate.

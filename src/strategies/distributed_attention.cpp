@@ -14,6 +14,7 @@ std::unique_ptr<Strategy> make_strategy(Communicator& communicator, Algorithm al
   switch (algorithm) {
     case Algorithm::ring:
     case Algorithm::zigzag:
+    case Algorithm::stripe:
     case Algorithm::hamilton: return make_rotation_strategy(algorithm, communicator, shape, options, "");
     case Algorithm::ulysses: return make_ulysses_strategy(communicator, shape, options, "");
     case Algorithm::allgather: return make_allgather_strategy(communicator, shape, options, "");

@@ -280,7 +280,8 @@ class RotationStrategy final : public StrategyBase {
       const auto found = chunk_blocks.find(chunk.local_offset);
       const int64_t seen = found == chunk_blocks.end() ? 0 : found->second.first.block->queries.length;
       if (seen < chunk.length)
-        rows_without_blocks.push_back({chunk.position + seen, chunk.length - seen, chunk.local_offset + seen});
+        rows_without_blocks.push_back(
+            {sequence_layout.mask_position(chunk.position, rank) + seen, chunk.length - seen, chunk.local_offset + seen});
     }
   }
 
@@ -383,6 +384,7 @@ std::unique_ptr<Strategy> agree_and_make_rotation_strategy(Communicator& communi
   const bool packed = !options.document_lengths.empty();
   agree_on_call(communicator,
                 first_error({caller_error, shape_and_options_error(shape, options, communicator.device()),
+                             mask_unsupported(kind.algorithm, options),
                              packed ? documents_error(kind.algorithm, shape.seq, ranks, kind.nodes, options)
                                     : rotation_error(kind.algorithm, shape.seq, ranks, options.causal, kind.nodes)}),
                 signature);
@@ -403,8 +405,9 @@ std::unique_ptr<Strategy> agree_and_make_rotation_strategy(Communicator& communi
 std::unique_ptr<Strategy> make_rotation_strategy(Algorithm algorithm, Communicator& communicator,
                                                  const AttentionShape& shape, const AttentionOptions& options,
                                                  const std::string& caller_error) {
-  SPATTN_CHECK(is_single_level_rotation(algorithm),
-               "'" << algorithm_name(algorithm) << "' is not a single-level rotation; allowed: ring, zigzag, hamilton");
+  SPATTN_CHECK(is_single_level_rotation(algorithm) || algorithm == Algorithm::stripe,
+               "'" << algorithm_name(algorithm)
+                   << "' is not a single-level rotation; allowed: ring, zigzag, stripe, hamilton");
   return agree_and_make_rotation_strategy(communicator, RotationKind{algorithm, 1}, shape, options, caller_error);
 }
 

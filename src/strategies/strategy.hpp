@@ -27,7 +27,7 @@ class DistributedAttention::Strategy {
 
 using Strategy = DistributedAttention::Strategy;
 
-/// ring, zigzag or Hamiltonian-cycle attention (the n-1 cycles of K*_n) over `communicator`.
+/// ring, zigzag, stripe or Hamiltonian-cycle attention (the n-1 cycles of K*_n) over `communicator`.
 std::unique_ptr<Strategy> make_rotation_strategy(Algorithm algorithm, Communicator& communicator,
                                                  const AttentionShape& shape, const AttentionOptions& options,
                                                  const std::string& caller_error);

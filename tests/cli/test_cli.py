@@ -94,23 +94,26 @@ class NpyInputsAndOutputs(unittest.TestCase):
     def tearDown(self):
         self.directory.cleanup()
 
-    def test_zigzag_outputs_match_an_independent_reference(self):
-        result = spattn(3, "run", "--algo", "zigzag", "--causal", "--backward", "--check", "--inputs", self.inputs,
-                        "--outputs", self.outputs, "--json")
-        self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
-        self.assertIn('"check": "pass"', result.stdout.strip().splitlines()[-1])
-        B, S, H, HK, D = self.B, self.S, self.H, self.HK, self.D
-        expected_out, expected_lse = reference(self.q, self.k, self.v, B, S, H, HK, D, causal=True)
-        out, out_shape = read_npy(os.path.join(self.outputs, "out.npy"))
-        lse, lse_shape = read_npy(os.path.join(self.outputs, "lse.npy"))
-        self.assertEqual(out_shape, (B, S, H, D))
-        self.assertEqual(lse_shape, (B, H, S))
-        self.assertLess(max(abs(a - b) for a, b in zip(out, expected_out)), 1e-5)
-        self.assertLess(max(abs(a - b) for a, b in zip(lse, expected_lse)), 1e-5)
-        for name, shape in (("dq", (B, S, H, D)), ("dk", (B, S, HK, D)), ("dv", (B, S, HK, D))):
-            values, found = read_npy(os.path.join(self.outputs, name + ".npy"))
-            self.assertEqual(found, shape)
-            self.assertTrue(all(math.isfinite(x) for x in values))
+    def test_zigzag_and_stripe_outputs_match_an_independent_reference(self):
+        # --inputs and --outputs hold the whole sequence in order, whatever the layout's shards.
+        for algorithm in ("zigzag", "stripe"):
+            with self.subTest(algorithm=algorithm):
+                result = spattn(3, "run", "--algo", algorithm, "--causal", "--backward", "--check", "--inputs",
+                                self.inputs, "--outputs", self.outputs, "--json")
+                self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+                self.assertIn('"check": "pass"', result.stdout.strip().splitlines()[-1])
+                B, S, H, HK, D = self.B, self.S, self.H, self.HK, self.D
+                expected_out, expected_lse = reference(self.q, self.k, self.v, B, S, H, HK, D, causal=True)
+                out, out_shape = read_npy(os.path.join(self.outputs, "out.npy"))
+                lse, lse_shape = read_npy(os.path.join(self.outputs, "lse.npy"))
+                self.assertEqual(out_shape, (B, S, H, D))
+                self.assertEqual(lse_shape, (B, H, S))
+                self.assertLess(max(abs(a - b) for a, b in zip(out, expected_out)), 1e-5)
+                self.assertLess(max(abs(a - b) for a, b in zip(lse, expected_lse)), 1e-5)
+                for name, shape in (("dq", (B, S, H, D)), ("dk", (B, S, HK, D)), ("dv", (B, S, HK, D))):
+                    values, found = read_npy(os.path.join(self.outputs, name + ".npy"))
+                    self.assertEqual(found, shape)
+                    self.assertTrue(all(math.isfinite(x) for x in values))
 
     def test_packed_documents_match_an_independent_reference(self):
         documents = [5, 11, 1, 7]  # 24 tokens, padded to 36 for zigzag per document over 3 ranks
@@ -176,7 +179,7 @@ class ExitStatus(unittest.TestCase):
     def test_unknown_algorithm_names_the_allowed_ones(self):
         result = spattn(1, "run", "--algo", "spiral")
         self.assertEqual(result.returncode, 2)
-        self.assertIn("allowed: ring, zigzag, ulysses, hamilton, hamilton2, allgather, usp, auto", result.stderr)
+        self.assertIn("allowed: ring, zigzag, stripe, ulysses, hamilton, hamilton2, allgather, usp, auto", result.stderr)
 
     def test_auto_runs_the_strategy_the_cost_model_ranks_first(self):
         # 3 ranks, 8 heads: no Ulysses (heads do not split), so the balanced zigzag or hamilton

@@ -179,6 +179,20 @@ TEST(BadInput, TwoLevelRanksDisagreeOnTheNodes) {
                                " but rank 1 has nodes=" + std::to_string(ranks / 2)));
 }
 
+TEST(BadInput, StripeRefusesASlidingWindowNamingIt) {
+  const int ranks = world().size();
+  const AttentionShape shape{1, 4 * ranks, 2, 2, 16, DType::f32};
+  for (const AttentionOptions& window : {AttentionOptions{true, 3, -1}, AttentionOptions{false, -1, 2}}) {
+    EXPECT_THAT(plan_error(Algorithm::stripe, shape, window),
+                HasSubstr("stripe takes a causal mask or none, not a sliding window (window_left " +
+                          std::to_string(window.window_left) + ", window_right " +
+                          std::to_string(window.window_right) + ")"));
+  }
+  // The windows that mean no mask, or the causal one, are no windows in stripe's positions.
+  EXPECT_EQ(plan_error(Algorithm::stripe, shape, AttentionOptions{false, -1, 0}), "");
+  EXPECT_EQ(plan_error(Algorithm::stripe, shape, AttentionOptions{true, -1, -1}), "");
+}
+
 TEST(BadInput, CudaKernelChoicesOnTheCpuAreRefusedByEveryStrategy) {
   const int ranks = world().size();
   for (KernelChoice kernel : {KernelChoice::own, KernelChoice::cudnn}) {

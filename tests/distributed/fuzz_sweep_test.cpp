@@ -139,6 +139,7 @@ int64_t length_unit(const FuzzCase& fuzz, int ranks) {
   const int64_t causal_chunks = fuzz.options.causal ? 2 : 1;
   switch (fuzz.algorithm) {
     case Algorithm::ring:
+    case Algorithm::stripe:
     case Algorithm::ulysses: return ranks;
     case Algorithm::zigzag:
     case Algorithm::allgather: return 2 * ranks;
@@ -201,7 +202,8 @@ FuzzCase draw_valid(Draw& draw, int ranks) {
   const double work_per_token_pair = static_cast<double>(shape.batch * shape.heads * shape.head_dim);
   const auto longest = static_cast<int64_t>(std::min<double>(kMaxSeq, std::sqrt(kMaxWork / work_per_token_pair)));
   shape.seq = unit * draw.between(1, std::max<int64_t>(1, longest / unit));
-  if (draw.chance(60)) {
+  // stripe takes a causal mask or none (a window is one of its broken rules).
+  if (fuzz.algorithm != Algorithm::stripe && draw.chance(60)) {
     fuzz.options.window_left = draw.chance(25) ? -1 : draw.between(0, shape.seq);
     fuzz.options.window_right = draw.chance(25) ? -1 : draw.between(0, shape.seq);
   }
@@ -265,6 +267,14 @@ void break_one_rule(Draw& draw, int ranks, FuzzCase& fuzz) {
       fuzz.broken_rule = "heads not divisible by ranks";
       fuzz.expected_in_error =
           "heads (" + std::to_string(shape.heads) + ") must be divisible by ranks (" + std::to_string(ranks) + ")";
+    });
+  }
+  if (fuzz.algorithm == Algorithm::stripe) {
+    breaks.push_back([&] {
+      fuzz.options.window_left = draw.between(0, shape.seq);
+      fuzz.broken_rule = "a sliding window on stripe";
+      fuzz.expected_in_error = "stripe takes a causal mask or none, not a sliding window (window_left " +
+                               std::to_string(fuzz.options.window_left);
     });
   }
   if (fuzz.algorithm == Algorithm::usp) {

@@ -1,5 +1,5 @@
 // Packed documents (AttentionOptions::document_lengths) at the rank count of this run: every
-// strategy but usp, each document split on its own, and all-gather over the whole sequence split
+// strategy but usp and stripe, each document split on its own, and all-gather over the whole sequence split
 // contiguously (Llama 3's), forward and backward, against the per-document fp64 reference with the 2x criterion
 // (out, lse, dq, dk, dv of the real tokens, gathered through shard_documents / unshard_documents);
 // padding rows of a plan's own shards hold out 0, lse -inf and no gradient; strategies and shapes
@@ -185,15 +185,18 @@ TEST(PackedDocuments, OnlyAllGatherSplitsTheWholeSequence) {
 }
 
 // Refusals, the same on every rank and before any transfer.
-TEST(PackedDocuments, UspRefusesThemOnEveryRank) {
+TEST(PackedDocuments, UspAndStripeRefuseThemOnEveryRank) {
   AttentionOptions options;
   options.document_lengths = {4, 4};
   const AttentionShape shape{1, 8 * world().size(), world().size(), world().size(), 16, DType::f32};
-  const std::string error = error_of([&] { DistributedAttention plan(world(), Algorithm::usp, shape, options); });
-  EXPECT_THAT(error, HasSubstr("packed documents (document_lengths) are taken by ring, zigzag, ulysses, hamilton, "
-                               "hamilton2 and allgather so far, not by 'usp'"));
-  EXPECT_THAT(error_of([&] { plan_document_layout(Algorithm::usp, world().size(), options); }),
-              HasSubstr("not by 'usp'"));
+  for (Algorithm algorithm : {Algorithm::usp, Algorithm::stripe}) {
+    const std::string name = algorithm_name(algorithm);
+    const std::string error = error_of([&] { DistributedAttention plan(world(), algorithm, shape, options); });
+    EXPECT_THAT(error, HasSubstr("packed documents (document_lengths) are taken by ring, zigzag, ulysses, hamilton, "
+                                 "hamilton2 and allgather so far, not by '" + name + "'"));
+    EXPECT_THAT(error_of([&] { plan_document_layout(algorithm, world().size(), options); }),
+                HasSubstr("not by '" + name + "'"));
+  }
 }
 
 TEST(PackedDocuments, SeqOtherThanThePaddedLengthIsRefusedNamingIt) {

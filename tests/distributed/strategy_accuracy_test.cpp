@@ -26,6 +26,8 @@ TEST_P(StrategyAccuracy, MatchesReferenceForwardAndBackward) {
   const auto [algorithm, mask_index, dtype] = GetParam();
   const AlgorithmSetup setup = algorithm_setup(algorithm, world().size());
   if (!setup.not_applicable.empty()) GTEST_SKIP() << setup.not_applicable;
+  const std::string refusal = mask_unsupported(algorithm, kMasks[mask_index].options);  // stripe: no windows
+  if (!refusal.empty()) GTEST_SKIP() << refusal;
   // An odd multiple of the unit, so that chunks and slots are not multiples of any kernel tile.
   const int64_t multiple = setup.length_unit >= 26 ? 3 : 13;
   const AttentionShape shape{2, setup.length_unit * multiple, 4, 2, 32, dtype};
@@ -39,8 +41,9 @@ std::string case_name(const ::testing::TestParamInfo<AccuracyCase>& info) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllStrategies, StrategyAccuracy,
-                         ::testing::Combine(::testing::Values(Algorithm::ring, Algorithm::zigzag, Algorithm::allgather,
-                                                              Algorithm::hamilton, Algorithm::hamilton2),
+                         ::testing::Combine(::testing::Values(Algorithm::ring, Algorithm::zigzag, Algorithm::stripe,
+                                                              Algorithm::allgather, Algorithm::hamilton,
+                                                              Algorithm::hamilton2),
                                             ::testing::Range(0, 4),
                                             ::testing::Values(DType::f32, DType::bf16, DType::f16)),
                          case_name);
@@ -55,7 +58,7 @@ TEST_P(LongChunkAccuracy, CausalMqaHeadDim128) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllStrategies, LongChunkAccuracy,
-                         ::testing::Values(Algorithm::ring, Algorithm::zigzag, Algorithm::allgather),
+                         ::testing::Values(Algorithm::ring, Algorithm::zigzag, Algorithm::stripe, Algorithm::allgather),
                          [](const ::testing::TestParamInfo<Algorithm>& info) { return algorithm_name(info.param); });
 
 // All-gather works in steps of several kv heads when there are more than four: 8 kv heads go in

@@ -31,6 +31,8 @@ TEST_P(GpuStrategyAccuracy, MatchesReferenceForwardAndBackward) {
   const int ranks = world().size();
   const AlgorithmSetup setup = algorithm_setup(algorithm, ranks);
   if (!setup.not_applicable.empty()) GTEST_SKIP() << setup.not_applicable;
+  const std::string refusal = mask_unsupported(algorithm, kMasks[mask_index].options);  // stripe: no windows
+  if (!refusal.empty()) GTEST_SKIP() << refusal;
   // Heads divisible by every rank count for Ulysses, two query heads per kv head (GQA); an odd
   // multiple of the length unit so that no chunk is a multiple of a kernel tile.
   const int64_t multiple = setup.length_unit >= 26 ? 3 : 13;

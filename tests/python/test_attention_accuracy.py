@@ -17,6 +17,9 @@ WRAPPERS = {
     "zigzag_ring_flash_attn_func": (spattn.zigzag_ring_flash_attn_func, "zigzag", "separate"),
     "zigzag_ring_flash_attn_kvpacked_func": (spattn.zigzag_ring_flash_attn_kvpacked_func, "zigzag", "kv"),
     "zigzag_ring_flash_attn_qkvpacked_func": (spattn.zigzag_ring_flash_attn_qkvpacked_func, "zigzag", "qkv"),
+    "stripe_flash_attn_func": (spattn.stripe_flash_attn_func, "stripe", "separate"),
+    "stripe_flash_attn_kvpacked_func": (spattn.stripe_flash_attn_kvpacked_func, "stripe", "kv"),
+    "stripe_flash_attn_qkvpacked_func": (spattn.stripe_flash_attn_qkvpacked_func, "stripe", "qkv"),
     "ulysses_attn_func": (spattn.ulysses_attn_func, "ulysses", "separate"),
     "hamilton_attn_func": (spattn.hamilton_attn_func, "hamilton", "separate"),
     "allgather_attn_func": (spattn.allgather_attn_func, "allgather", "separate"),
@@ -85,3 +88,15 @@ def test_groups_of_some_ranks_run_side_by_side():
     results = distributed(spattn.zigzag_ring_flash_attn_func, "separate", layout, problem, inputs, group=mine)
     failures = accuracy_failures(results, single_rank(problem, inputs), reference(problem, inputs))
     assert not failures, f"zigzag over a group of {layout.ranks} of {world_size} ranks, seed {seed}: {failures}"
+
+
+def test_stripe_layout_holds_every_nth_token():
+    # ring-flash-attn's stripe shard: token t on rank t % N, at local index t // N.
+    world_size = dist.get_world_size()
+    layout = spattn.sequence_layout("stripe", SEQ, 4, 2, causal=True)
+    assert layout.name == "stripe" and layout.position_stride == world_size
+    full = torch.arange(SEQ).view(1, SEQ)
+    for rank in range(world_size):
+        assert torch.equal(layout.positions(rank), torch.arange(rank, SEQ, world_size))
+        assert torch.equal(layout.shard(full, rank), full[:, rank::world_size])
+    assert torch.equal(layout.unshard([layout.shard(full, rank) for rank in range(world_size)]), full)

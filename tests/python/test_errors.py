@@ -48,6 +48,12 @@ def test_length_that_does_not_split_into_zigzag_chunks_is_rejected():
         spattn.zigzag_ring_flash_attn_func(*shard(local_seq=3))
 
 
+def test_stripe_refuses_a_sliding_window_naming_it():
+    with pytest.raises(spattn.SpattnError, match=r"stripe takes a causal mask or none, not a sliding window "
+                                                 r"\(window_left 4, window_right 0\)"):
+        spattn.stripe_flash_attn_func(*shard(), causal=True, window_size=(4, 0))
+
+
 def test_unsupported_dtype_is_rejected():
     with pytest.raises(TypeError, match=r"q is torch.float64; allowed: torch.float32, torch.float16, torch.bfloat16"):
         spattn.ring_flash_attn_func(*shard(dtype=torch.float64))

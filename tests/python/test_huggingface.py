@@ -107,7 +107,7 @@ def accuracy_failures(distributed, single_process, reference) -> Dict[str, str]:
 
 @pytest.mark.parametrize("algorithm, architecture",
                          [(algorithm, "llama") for algorithm in ("zigzag", "ulysses", "ring", "allgather", "usp",
-                                                                 "hamilton")]
+                                                                 "hamilton", "stripe")]
                          + [(algorithm, "mistral") for algorithm in ("zigzag", "ulysses", "ring")])
 def test_loss_and_gradients_match_reference(algorithm, architecture):
     seed = fresh_seed()

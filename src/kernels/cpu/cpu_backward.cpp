@@ -131,8 +131,9 @@ void key_tile_gradients(const BackwardBlock& block, const BlockShape& shape, int
   const int64_t head_dim = shape.head_dim;
   const KvSegment& segment = tile.segment->kv;
   const int64_t key_position = segment.position + tile.key_begin;
-  const RowRange queries = visible_queries(block.mask, key_position, key_position + tile.columns, block.q_position,
-                                           shape.query_rows);
+  const RowRange queries = whole_tiles(
+      visible_queries(block.mask, key_position, key_position + tile.columns, block.q_position, shape.query_rows),
+      kQueryTileRows, shape.query_rows);
   if (queries.begin >= queries.end) return;
   const RowTile key = load_row_tile(segment.k, batch, tile.key_begin, tile.columns, kv_head, scratch.key.data());
   const RowTile value = load_row_tile(segment.v, batch, tile.key_begin, tile.columns, kv_head, scratch.value.data());
@@ -176,8 +177,9 @@ void query_tile_gradient(const BackwardBlock& block, const BlockShape& shape, in
   bool any_key = false;
   for (const KvGradSegment& gradient_segment : block.segments) {
     const KvSegment& segment = gradient_segment.kv;
-    const RowRange keys = visible_keys(block.mask, query_tile.position, query_tile.position + rows, segment.position,
-                                       segment.k.size(1));
+    const RowRange keys = whole_tiles(
+        visible_keys(block.mask, query_tile.position, query_tile.position + rows, segment.position, segment.k.size(1)),
+        kKeyTileRows, segment.k.size(1));
     for (int64_t key_begin = keys.begin; key_begin < keys.end; key_begin += kKeyTileRows) {
       const int64_t columns = std::min(kKeyTileRows, keys.end - key_begin);
       const int64_t key_position = segment.position + key_begin;

@@ -122,7 +122,9 @@ void forward_query_tile(const ForwardBlock& block, const BlockShape& shape, int6
   start_query_tile(block, batch, head, row_begin, rows, head_dim, scratch);
 
   for (const KvSegment& segment : block.segments) {
-    const RowRange keys = visible_keys(block.mask, query_begin, query_end, segment.position, segment.k.size(1));
+    const RowRange keys =
+        whole_tiles(visible_keys(block.mask, query_begin, query_end, segment.position, segment.k.size(1)), kKeyTileRows,
+                    segment.k.size(1));
     for (int64_t key_begin = keys.begin; key_begin < keys.end; key_begin += kKeyTileRows) {
       const int64_t columns = std::min(kKeyTileRows, keys.end - key_begin);
       const int64_t key_position = segment.position + key_begin;

@@ -27,6 +27,17 @@ inline RowRange visible_keys(const AttentionMask& mask, int64_t query_begin, int
   return range.begin < range.end ? range : RowRange{};
 }
 
+/// The tiles of `tile_rows` rows, counted from row 0 of `count` rows, that hold any row of `range`:
+/// from the first one's start to the last one's end. Forward and backward cut a block's scores
+/// into these same tiles, so that each score comes from the same product in both and the
+/// backward's exp(s - lse) matches the forward's lse to the bit: at scores of 1e4 an ulp is 1e-3,
+/// which a product of another shape (another BLAS path) may add to a score.
+inline RowRange whole_tiles(const RowRange& range, int64_t tile_rows, int64_t count) {
+  if (range.begin >= range.end) return range;
+  const int64_t end = (range.end + tile_rows - 1) / tile_rows * tile_rows;
+  return {range.begin / tile_rows * tile_rows, std::min(end, count)};
+}
+
 /// The local queries (query 0 at global `query_position`, `query_count` queries) that see some
 /// key at global positions [key_begin, key_end).
 inline RowRange visible_queries(const AttentionMask& mask, int64_t key_begin, int64_t key_end,

@@ -235,7 +235,7 @@ TEST(CliOptionsTest, CudaDefaultsToBf16AndRefusesFp32WithTheLibrarysRule) {
 
 TEST(CliOptionsTest, UnknownAlgorithmListsTheAllowedOnes) {
   EXPECT_EQ(usage_error({"run", "--algo", "spiral"}),
-            "spattn: unknown --algo 'spiral'; allowed: ring, zigzag, ulysses, hamilton, hamilton2, allgather, usp, auto");
+            "spattn: unknown --algo 'spiral'; allowed: ring, zigzag, stripe, ulysses, hamilton, hamilton2, allgather, usp, auto");
   EXPECT_THAT(usage_error({"run", "--algo="}), HasSubstr("unknown --algo ''"));
 }
 
@@ -289,7 +289,7 @@ TEST(CliOptionsTest, UsageTextDocumentsEveryOption) {
         "--warmup N", "--seed N", "--json", "--profile-steps", "--threads N", "--nodes U", "--inner N1", "--across NAME", "--kernel NAME", "--help"}) {
     EXPECT_THAT(text, HasSubstr(option));
   }
-  EXPECT_THAT(text, AllOf(HasSubstr("usage: spattn <command> [options]"), HasSubstr("ring, zigzag, ulysses, hamilton, hamilton2, allgather, usp, or auto (the fastest in spattn "
+  EXPECT_THAT(text, AllOf(HasSubstr("usage: spattn <command> [options]"), HasSubstr("ring, zigzag, stripe, ulysses, hamilton, hamilton2, allgather, usp, or auto (the fastest in spattn "
                                     "plan --compare's model of this shape on --preset) (default zigzag)"),
                           HasSubstr("(default 4096)"), HasSubstr("(default 1234)"), HasSubstr("options of 'spattn info'")));
 }

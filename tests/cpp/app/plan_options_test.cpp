@@ -109,7 +109,7 @@ TEST(PlanOptionsTest, EveryOptionWorksInBothForms) {
 
 TEST(PlanOptionsTest, BadValuesAreUsageErrors) {
   EXPECT_EQ(usage_error({"plan", "--algo", "ulysses"}),
-            "spattn: --algo expects a rotation schedule: ring, zigzag, hamilton, hamilton2 (--compare shows every "
+            "spattn: --algo expects a rotation schedule: ring, zigzag, stripe, hamilton, hamilton2 (--compare shows every "
             "strategy), got 'ulysses'");
   EXPECT_EQ(usage_error({"plan", "--ranks", "0"}), "spattn: --ranks expects an integer >= 1, got '0'");
   EXPECT_THAT(usage_error({"plan", "--ranks", "eight"}), HasSubstr("got 'eight'"));
@@ -136,7 +136,7 @@ TEST(PlanOptionsTest, BadValuesAreUsageErrors) {
 TEST(PlanOptionsTest, UsageTextDocumentsThePlanOptionsAndPresets) {
   const std::string text = usage_text();
   for (const char* option : {"options of 'spattn plan'", "--ranks N", "--nodes U", "--inner N1", "--preset NAME",
-                             "--tflops R", "--compare", "(default 8192 per rank)", "ring, zigzag, hamilton, hamilton2",
+                             "--tflops R", "--compare", "(default 8192 per rank)", "ring, zigzag, stripe, hamilton, hamilton2",
                              "  nvswitch", "  mesh", "  pcie", "  cpu", "--gpus-per-node G", "--intra-bandwidth GBPS", "450 GB/s per rank"}) {
     EXPECT_THAT(text, HasSubstr(option));
   }

@@ -212,6 +212,42 @@ TEST(RotationSchedule, ZigzagCausalGivesEqualWorkPerRankPerStep) {
   }
 }
 
+// Stripe: the blocks hold the positions the mask compares for their rank (mask_position); read
+// back as global positions they cover every visible pair exactly once and nothing else, and at
+// every step each rank's causal work is within a row of every other's.
+TEST(RotationSchedule, StripeCoversEveryVisiblePairOnceWithBalancedSteps) {
+  for (int ranks = 1; ranks <= 8; ++ranks) {
+    const CycleSchedule schedule(ring_cycles(ranks), ranks);
+    const int64_t local = 5, length = local * ranks;
+    const SequenceLayout layout(LayoutKind::stripe, length, ranks);
+    for (const AttentionMask& mask : {AttentionMask{-1, -1}, causal_mask()}) {
+      std::vector<int> covered(static_cast<std::size_t>(length * length), 0);
+      for (int step = 0; step < ranks; ++step)
+        for (int rank = 0; rank < ranks; ++rank) {
+          const int owner = schedule.source(0, rank, step);
+          int64_t visible = 0;
+          for (const RotationStepBlock& block : step_blocks(layout, schedule, mask, rank, step))
+            for (const SlotPiece& piece : block.keys)
+              for (int64_t i = 0; i < block.queries.length; ++i)
+                for (int64_t j = 0; j < piece.length; ++j) {
+                  if (!mask.visible(block.queries.position + i, piece.position + j)) continue;
+                  ++visible;
+                  const int64_t query = (block.queries.position + i) * ranks + rank;
+                  const int64_t key = (piece.position + j - (owner > rank ? 1 : 0)) * ranks + owner;
+                  ASSERT_TRUE(mask.visible(query, key)) << "ranks " << ranks << " query " << query << " key " << key;
+                  ++covered[static_cast<std::size_t>(query * length + key)];
+                }
+          const int64_t whole = mask.right < 0 ? local * local : local * (local + (owner > rank ? -1 : 1)) / 2;
+          EXPECT_EQ(visible, whole) << "ranks " << ranks << " step " << step << " rank " << rank;
+        }
+      for (int64_t query = 0; query < length; ++query)
+        for (int64_t key = 0; key < length; ++key)
+          ASSERT_EQ(covered[static_cast<std::size_t>(query * length + key)], mask.visible(query, key) ? 1 : 0)
+              << "ranks " << ranks << " pair " << query << "," << key;
+    }
+  }
+}
+
 // Packed documents (lengths of 1, lengths that do not split, one longer than the rest together):
 // every visible pair of a document's real tokens is covered exactly once, and no block pairs
 // tokens of two documents or takes padding.

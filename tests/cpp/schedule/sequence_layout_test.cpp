@@ -24,7 +24,7 @@ TEST_P(EveryLayout, ChunksCoverTheSequenceOnce) {
       std::vector<int> slots(static_cast<std::size_t>(layout.local_length()), 0);
       for (const SequenceChunk& chunk : layout.chunks(rank))
         for (int64_t i = 0; i < chunk.length; ++i) {
-          ++owners[static_cast<std::size_t>(chunk.position + i)];
+          ++owners[static_cast<std::size_t>(chunk.position + i * layout.position_stride())];
           ++slots[static_cast<std::size_t>(chunk.local_offset + i)];
         }
       for (int count : slots) EXPECT_EQ(count, 1) << "ranks " << ranks << " rank " << rank;
@@ -33,7 +33,42 @@ TEST_P(EveryLayout, ChunksCoverTheSequenceOnce) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Layouts, EveryLayout, ::testing::Values(LayoutKind::contiguous, LayoutKind::zigzag));
+INSTANTIATE_TEST_SUITE_P(Layouts, EveryLayout,
+                         ::testing::Values(LayoutKind::contiguous, LayoutKind::zigzag, LayoutKind::stripe));
+
+TEST(SequenceLayout, StripeHoldsEveryNthToken) {
+  const SequenceLayout layout(LayoutKind::stripe, 12, 3);
+  EXPECT_EQ(layout.name(), "stripe");
+  EXPECT_EQ(layout.position_stride(), 3);
+  const std::vector<SequenceChunk> chunks = layout.chunks(2);
+  ASSERT_EQ(chunks.size(), 1u);
+  EXPECT_EQ(chunks[0].position, 2);  // tokens 2, 5, 8, 11
+  EXPECT_EQ(chunks[0].length, 4);
+  EXPECT_THAT(SequenceLayout::split_error(LayoutKind::stripe, 10, 4),
+              HasSubstr("in the stripe layout: it must be a positive multiple of ranks = 4"));
+  EXPECT_EQ(SequenceLayout(LayoutKind::zigzag, 12, 3).position_stride(), 1);
+}
+
+// The mask positions keep the causal order of the global positions between a viewer's queries
+// and every rank's keys, token by token; in the layouts of consecutive chunks they are the
+// global positions.
+TEST(SequenceLayout, MaskPositionsKeepTheCausalOrderOfEveryQueryKeyPair) {
+  for (int ranks = 1; ranks <= 5; ++ranks) {
+    const SequenceLayout layout(LayoutKind::stripe, 4 * ranks, ranks);
+    for (int viewer = 0; viewer < ranks; ++viewer)
+      for (int owner = 0; owner < ranks; ++owner)
+        for (int64_t i = 0; i < layout.local_length(); ++i)
+          for (int64_t j = 0; j < layout.local_length(); ++j) {
+            const int64_t query = i * ranks + viewer, key = j * ranks + owner;
+            EXPECT_EQ(layout.mask_position(key, viewer) <= layout.mask_position(query, viewer), key <= query)
+                << "ranks " << ranks << ", query " << query << " of rank " << viewer << ", key " << key;
+          }
+    // A viewer's own tokens sit at their stripe, consecutive.
+    EXPECT_EQ(layout.mask_position(ranks + ranks - 1, ranks - 1), 1);
+  }
+  const SequenceLayout zigzag(LayoutKind::zigzag, 24, 3);
+  for (int64_t position = 0; position < 24; ++position) EXPECT_EQ(zigzag.mask_position(position, 1), position);
+}
 
 TEST(SequenceLayout, ZigzagHoldsChunksRAndTwoNMinusOneMinusR) {
   const SequenceLayout layout(LayoutKind::zigzag, 80, 4);  // 8 chunks of 10
@@ -97,7 +132,7 @@ TEST(SequenceLayout, GroupedSplitsEachGroupsTokensContiguously) {
               expected_offset += chunk.length;
               for (int64_t i = 0; i < chunk.length; ++i) {
                 member_positions.push_back(chunk.position + i);
-                ++owners[static_cast<std::size_t>(chunk.position + i)];
+                ++owners[static_cast<std::size_t>(chunk.position + i * layout.position_stride())];
               }
             }
             EXPECT_EQ(expected_offset, layout.local_length());
