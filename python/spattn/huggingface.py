@@ -47,6 +47,7 @@ from transformers.masking_utils import AttentionMaskInterface, flash_attention_m
 
 from .communicator import communicator_for, raise_on_every_rank
 from .functional import ATTENTION_FUNCTIONS
+from .host_values import host_values
 from .layout import sequence_layout
 from .llama3 import llama3_flash_attn_prepare_cu_seqlens, llama3_flash_attn_varlen_func
 
@@ -158,7 +159,7 @@ def _wrong_packed_positions(position_ids: Optional[torch.Tensor], packed: Tuple[
     its stretch's length, and position_ids (when the model passes them on) that restart at 0 with
     each sequence."""
     cu_seqlens_q, _, _, _, local_k_slice = packed
-    bounds = cu_seqlens_q.tolist()
+    bounds = list(host_values(cu_seqlens_q))
     if batch != 1 or local_seq != bounds[-1]:
         return (f"the packed sequences of update_ring_flash_attn_params take batch 1 and this rank's stretch of "
                 f"{bounds[-1]} tokens; got batch {batch} of {local_seq} tokens")

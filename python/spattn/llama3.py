@@ -29,6 +29,7 @@ import torch
 
 from .communicator import communicator_for, raise_on_every_rank
 from .functional import AttentionResult, _attention
+from .host_values import host_values, remember_host_values
 from .varlen import _split_packed
 
 # The global lengths behind each preparation, under what it returned to this rank: the varlen
@@ -41,7 +42,7 @@ def _preparation_key(cu_seqlens_q: Any, cu_seqlens_k: Any, local_k_slice: Any) -
     if not all(isinstance(x, torch.Tensor) for x in (cu_seqlens_q, cu_seqlens_k)) or not isinstance(local_k_slice,
                                                                                                     slice):
         return None
-    return (tuple(cu_seqlens_q.tolist()), tuple(cu_seqlens_k.tolist()), local_k_slice.start, local_k_slice.stop)
+    return (host_values(cu_seqlens_q), host_values(cu_seqlens_k), local_k_slice.start, local_k_slice.stop)
 
 
 def _global_starts(cu_seqlens: Any, world_size: int) -> List[int]:
@@ -81,6 +82,8 @@ def llama3_flash_attn_prepare_cu_seqlens(cu_seqlens: torch.Tensor, causal: bool,
     k_bounds = [start - k_begin for start in starts[first:last + 1]] + [k_end - k_begin]
     as_tensor = lambda bounds: torch.tensor(bounds, dtype=cu_seqlens.dtype, device=cu_seqlens.device)  # noqa: E731
     cu_seqlens_q, cu_seqlens_k = as_tensor(q_bounds), as_tensor(k_bounds)
+    remember_host_values(cu_seqlens_q, q_bounds)  # the varlen calls never read them back from the device
+    remember_host_values(cu_seqlens_k, k_bounds)
     local_k_slice = slice(k_begin, k_end)
     key = _preparation_key(cu_seqlens_q, cu_seqlens_k, local_k_slice)
     _prepared[key] = tuple(end - start for start, end in zip(starts, starts[1:]))

@@ -23,6 +23,7 @@ import torch
 
 from .communicator import communicator_for, raise_on_every_rank
 from .functional import AttentionResult, _attention
+from .host_values import host_values
 
 
 def _local_lengths_error(algorithm: str, q: Any, cu_seqlens: Any) -> Optional[Exception]:
@@ -33,7 +34,7 @@ def _local_lengths_error(algorithm: str, q: Any, cu_seqlens: Any) -> Optional[Ex
     if not isinstance(cu_seqlens, torch.Tensor) or cu_seqlens.dim() != 1 or cu_seqlens.dtype.is_floating_point:
         return TypeError("cu_seqlens must be a 1-D integer torch.Tensor of cumulative local lengths "
                          f"(0 first, T_local last); got {cu_seqlens!r}")
-    starts = cu_seqlens.tolist()
+    starts = list(host_values(cu_seqlens))
     if len(starts) < 2 or starts[0] != 0 or starts[-1] != q.shape[0]:
         return ValueError(f"cu_seqlens {starts} must start at 0 and end at T_local = {q.shape[0]} (q's first "
                           "dimension), with at least one sequence")
@@ -60,7 +61,8 @@ def _varlen_attention(algorithm: str, q, k, v, cu_seqlens, dropout_p, softmax_sc
     device = q.device if isinstance(q, torch.Tensor) else torch.device("cpu")
     communicator = communicator_for(device, group)
     raise_on_every_rank(_local_lengths_error(algorithm, q, cu_seqlens), communicator)
-    local_lengths = torch.diff(cu_seqlens).tolist()
+    starts = host_values(cu_seqlens)
+    local_lengths = [end - start for start, end in zip(starts, starts[1:])]
     # The plan takes global lengths: every rank holds an equal part of every sequence.
     document_lengths: Tuple[int, ...] = tuple(int(length) * communicator.size for length in local_lengths)
     batched = [x.unsqueeze(0) if isinstance(x, torch.Tensor) else x for x in (q, k, v)]  # (1, T_local, heads, D)
