@@ -51,6 +51,7 @@
 #include "bench_tensor.hpp"
 #include "kernels/cuda/cudnn_attention.hpp"
 #include "kernels/hopper/hopper_forward.hpp"
+#include "schedule/ulysses_degree.hpp"
 #include "spattn/device_communicator.hpp"
 #include "spattn/device_memory.hpp"
 #include "spattn/distributed_attention.hpp"
@@ -314,20 +315,32 @@ std::vector<int64_t> random_document_lengths(int64_t tokens, int64_t count, uint
   return lengths;
 }
 
+// The strategy options of the document rows: usp's degree resolved as its plan resolves 0, which
+// plan_document_layout needs given.
+StrategyOptions document_strategy_options(Algorithm algorithm, int ranks, const AttentionShape& shape) {
+  StrategyOptions strategy;
+  if (algorithm == Algorithm::usp) strategy.inner = resolved_ulysses_degree(ranks, 0, shape);
+  return strategy;
+}
+
 // The most query-key pairs a rank of `algorithm` computes on the packed documents of `attention`
 // over the mean (1: equal work). Queries stay on their rank in every strategy that takes
-// documents but Ulysses, whose ranks each take an equal share of the heads over every token.
-double work_per_rank_imbalance(Algorithm algorithm, int ranks, const AttentionOptions& attention) {
+// documents but Ulysses, whose ranks each take an equal share of the heads over every token, and
+// usp, whose ranks each take an equal share of the heads over their group's tokens.
+double work_per_rank_imbalance(Algorithm algorithm, int ranks, const AttentionOptions& attention,
+                               const StrategyOptions& strategy) {
   if (algorithm == Algorithm::ulysses) return 1.0;
-  const DocumentLayout layout = plan_document_layout(algorithm, ranks, attention);
+  const DocumentLayout layout = plan_document_layout(algorithm, ranks, attention, strategy);
   const AttentionMask mask = AttentionMask::from_options(attention);
+  const int per_group = algorithm == Algorithm::usp ? strategy.inner : 1;
   int64_t most = 0, every = 0;
-  for (int rank = 0; rank < ranks; ++rank) {
-    const int64_t pairs = layout.query_pairs(rank, mask);
+  for (int group = 0; group < ranks / per_group; ++group) {
+    int64_t pairs = 0;
+    for (int member = 0; member < per_group; ++member) pairs += layout.query_pairs(group * per_group + member, mask);
     most = std::max(most, pairs);
     every += pairs;
   }
-  return every > 0 ? static_cast<double>(most) * ranks / static_cast<double>(every) : 1.0;
+  return every > 0 ? static_cast<double>(most) * (ranks / per_group) / static_cast<double>(every) : 1.0;
 }
 
 struct Row {
@@ -448,8 +461,9 @@ void time_documents(Communicator& world, Communicator& communicator, Communicato
       if (world.rank() == 0) std::printf("%s takes no packed documents\n", label.c_str());
       continue;
     }
+    const StrategyOptions strategy = document_strategy_options(algorithm, gpus, shape);
     AttentionShape padded = shape;
-    padded.seq = plan_document_layout(algorithm, gpus, attention).sequence_layout().global_length();
+    padded.seq = plan_document_layout(algorithm, gpus, attention, strategy).sequence_layout().global_length();
     announce(world, name + " " + label, causal, padded.seq);
     const std::optional<PassTimes> measured = measure_on_every_rank(world, label, [&] {
       return time_strategy(world, communicator, algorithm, padded, attention, options);
@@ -457,7 +471,8 @@ void time_documents(Communicator& world, Communicator& communicator, Communicato
     if (!measured) continue;
     if (world.rank() == 0)
       std::printf("%s work per rank: the most over the mean %.4f (%lld tokens of padding)\n", label.c_str(),
-                  work_per_rank_imbalance(algorithm, gpus, attention), static_cast<long long>(padded.seq - shape.seq));
+                  work_per_rank_imbalance(algorithm, gpus, attention, strategy),
+                  static_cast<long long>(padded.seq - shape.seq));
     add_rows(rows, Row{name, label, gpus, tokens_per_gpu, shape.kv_heads, causal}, *measured, flop, ideal);
     write_and_clear(world, options, rows);
   }

@@ -6,7 +6,7 @@
 # are listed as such. SPATTN_SWEEP_PASS=forward checks the forward alone (out and lse);
 # SPATTN_SWEEP_ALGOS="ring stripe" runs those strategies alone.
 # SPATTN_SWEEP_DOC_LENS=L1,L2,... runs every strategy that takes packed documents on those
-# (--doc-lens, in place of --seq) and lists usp and stripe, which take none, as such; all-gather runs twice
+# (--doc-lens, in place of --seq) and lists stripe, which takes none, as such; all-gather runs twice
 # there, per document and over the whole sequence (--doc-split whole_sequence, Llama 3's split).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -55,8 +55,8 @@ for entry in "${entries[@]}"; do
       fi
       read -r -a shape <<<"$(run_arguments "$algo" "$ranks")"
       if [[ -n ${SPATTN_SWEEP_DOC_LENS:-} ]]; then
-        if [[ $algo == usp || $algo == stripe ]]; then
-          printf '%-10s %-6s %-6s %s takes no packed documents\n' "$algo" "$ranks" "$causal" "$algo"
+        if [[ $algo == stripe ]]; then
+          printf '%-10s %-6s %-6s stripe takes no packed documents\n' "$algo" "$ranks" "$causal"
           continue
         fi
         shape=(--doc-lens "$SPATTN_SWEEP_DOC_LENS" "${shape[@]:2}")  # in place of --seq S

@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "device_tensor.hpp"
+#include "schedule/ulysses_degree.hpp"
 #include "spattn/device_memory.hpp"
 #include "spattn/document_layout.hpp"
 #include "spattn/error.hpp"
@@ -150,6 +151,13 @@ AttentionOutputs run_single_device(const AttentionProblem& problem, const Device
   return outputs;
 }
 
+StrategyOptions resolved_strategy_options(Algorithm algorithm, int ranks, const AttentionShape& shape,
+                                          StrategyOptions strategy_options) {
+  if (algorithm == Algorithm::usp)
+    strategy_options.inner = resolved_ulysses_degree(ranks, strategy_options.inner, shape);
+  return strategy_options;
+}
+
 StrategyRun run_strategy(Communicator& communicator, Algorithm algorithm, const AttentionProblem& problem,
                          int warmup, int iterations, bool per_step_profile,
                          const StrategyOptions& strategy_options) {
@@ -160,7 +168,9 @@ StrategyRun run_strategy(Communicator& communicator, Algorithm algorithm, const 
   std::optional<DocumentLayout> documents;
   AttentionShape plan_shape = problem.shape;
   if (!problem.options.document_lengths.empty()) {
-    documents = plan_document_layout(algorithm, communicator.size(), problem.options, strategy_options);
+    documents = plan_document_layout(algorithm, communicator.size(), problem.options,
+                                     resolved_strategy_options(algorithm, communicator.size(), problem.shape,
+                                                               strategy_options));
     plan_shape.seq = documents->sequence_layout().global_length();
   }
   auto plan = std::make_unique<DistributedAttention>(communicator, algorithm, plan_shape, problem.options,

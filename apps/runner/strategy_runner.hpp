@@ -59,6 +59,11 @@ struct StrategyRun {
 /// strategy and no communication: the same-dtype single-rank baseline of the accuracy criterion.
 AttentionOutputs run_single_device(const AttentionProblem& problem, const Device& device = Device::cpu());
 
+/// `strategy_options` with usp's Ulysses degree resolved for `shape` at `ranks` (inner 0: the
+/// degree the plan chooses), which plan_document_layout needs for usp; other strategies unchanged.
+StrategyOptions resolved_strategy_options(Algorithm algorithm, int ranks, const AttentionShape& shape,
+                                          StrategyOptions strategy_options);
+
 /// Runs `algorithm` over `communicator` on `problem`, with this rank's shards in the memory of
 /// the communicator's device: `warmup` untimed and `iterations` timed calls (forward, then
 /// backward when the problem has dout). Outputs are poisoned with NaN before the first call.

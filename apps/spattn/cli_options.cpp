@@ -267,7 +267,7 @@ const OptionTable<RunOptions>& run_option_table() {
       {{"--doc-lens", "L1,L2,...",
         "packed documents, their lengths summing to --seq (which they give when it is left out): a query sees only "
         "its own document; each document is split over the ranks (padded where it does not split); every "
-        "strategy but usp and stripe (default: one document)",
+        "strategy but stripe (usp: over its groups) (default: one document)",
         [](RunOptions& options, const std::string& value) { parse_document_lengths(options, value); }},
        {"--doc-split", "NAME",
         "with --doc-lens, how the documents split over the ranks: per_document (default: each on its own, "

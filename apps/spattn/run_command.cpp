@@ -213,7 +213,9 @@ int run_command(const RunOptions& given) {
   report.ranks_per_device = placement.ranks_per_device;
   report.selection = selection;
   if (!problem.options.document_lengths.empty()) {
-    const DocumentLayout documents = plan_document_layout(algorithm, world.size(), problem.options, strategy_options);
+    const DocumentLayout documents =
+        plan_document_layout(algorithm, world.size(), problem.options,
+                             resolved_strategy_options(algorithm, world.size(), problem.shape, strategy_options));
     report.documents = documents.describe();
     report.padding = documents.padding();
   }

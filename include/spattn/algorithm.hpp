@@ -30,8 +30,9 @@ Algorithm parse_algorithm(const std::string& name);
 
 /// "" when `algorithm` takes the packed documents of `document_lengths`
 /// (AttentionOptions::document_lengths; none: every algorithm) split by `split`, else why: every
-/// strategy but usp and stripe take them so far, each document split on its own; all-gather
-/// alone also splits the whole sequence. Plans refuse what it refuses, on every rank before any
+/// strategy but stripe takes them, each document split on its own (usp: over its groups, then
+/// within each group: give it StrategyOptions::inner); all-gather alone also splits the whole
+/// sequence. Plans refuse what it refuses, on every rank before any
 /// transfer.
 std::string documents_unsupported(Algorithm algorithm, const std::vector<int64_t>& document_lengths,
                                   DocumentSplit split = DocumentSplit::per_document);
@@ -44,7 +45,8 @@ std::string mask_unsupported(Algorithm algorithm, const AttentionOptions& option
 /// Parameters only some strategies read.
 struct StrategyOptions {
   int nodes = 1;  ///< hamilton2: nodes u; ranks per node m = N / u
-  int inner = 0;  ///< usp: Ulysses degree N1 (ranks per group); 0 chooses the largest that fits
+  int inner = 0;  ///< usp: Ulysses degree N1 (ranks per group); 0 chooses the largest that fits (with
+                  ///< packed documents plan_document_layout needs it given: it knows no head counts)
   Algorithm across = Algorithm::zigzag;  ///< usp: ring, zigzag or hamilton across the groups
 };
 

@@ -23,7 +23,9 @@ namespace spattn {
 /// where the strategy balances causal work that way), padded where its length does not split.
 /// Its sequence_layout().global_length() is the shape's seq of such a plan, and
 /// shard_documents / unshard_documents move the caller's packed tensors to and from the shards.
-/// Throws Error for bad lengths, or for a strategy that takes no documents yet (the rotations do).
+/// usp's layout needs strategy_options.inner given (0 chooses the degree from the head counts,
+/// which this function is not given). Throws Error for bad lengths, for a strategy that takes no
+/// documents (stripe) or for usp without its degree.
 DocumentLayout plan_document_layout(Algorithm algorithm, int ranks, const AttentionOptions& options,
                                     const StrategyOptions& strategy_options = {});
 

@@ -27,10 +27,22 @@ class DocumentLayout {
   /// Throws Error naming the value and what is allowed: ranks below 1, no documents, a length
   /// below 1.
   DocumentLayout(LayoutKind kind, std::vector<int64_t> document_lengths, int ranks);
+  /// USP's split: every document split over `groups` groups in `group_kind` as above, then each
+  /// group's shard (its parts of the documents, in order) cut contiguously over its
+  /// `ranks_per_group` ranks; rank g * ranks_per_group + i is rank i of group g. A document is
+  /// padded to the next multiple of groups x ranks_per_group (x 2 for zigzag), so that every
+  /// group's part splits over its ranks. Throws like the constructor.
+  static DocumentLayout grouped(LayoutKind group_kind, std::vector<int64_t> document_lengths, int groups,
+                                int ranks_per_group);
   /// DocumentSplit::whole_sequence: the packed sequence padded to the next multiple of N (the
   /// last document takes the padding), rank r holding its r-th of N contiguous stretches. Throws
   /// like the constructor.
   static DocumentLayout whole_sequence(std::vector<int64_t> document_lengths, int ranks);
+
+  /// The documents as the groups of a grouped layout hold them: the same padded documents split
+  /// over the groups alone (the layout the rotation across USP's groups runs). Any other layout is
+  /// its own groups, of one rank each.
+  DocumentLayout over_groups() const;
 
   DocumentSplit split() const { return split_; }
   /// How each document (per_document) or the whole sequence (whole_sequence) is cut.
@@ -72,9 +84,13 @@ class DocumentLayout {
   std::string describe() const;
 
  private:
-  DocumentLayout(DocumentSplit split, LayoutKind kind, std::vector<int64_t> document_lengths, int ranks);
+  DocumentLayout(DocumentSplit split, LayoutKind kind, std::vector<int64_t> document_lengths, int groups,
+                 int ranks_per_group, bool split_groups);
 
   DocumentSplit split_;
+  int groups_;
+  int ranks_per_group_;  // what the padding lets every group's part split over
+  bool split_groups_;    // sequence_layout_ cuts the groups' shards over their ranks
   LayoutKind kind_;
   std::vector<int64_t> document_lengths_;
   std::vector<int64_t> padded_lengths_;

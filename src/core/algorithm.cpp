@@ -31,9 +31,9 @@ Algorithm parse_algorithm(const std::string& name) { return algorithm_names().pa
 std::string documents_unsupported(Algorithm algorithm, const std::vector<int64_t>& document_lengths,
                                   DocumentSplit split) {
   if (document_lengths.empty()) return "";
-  if (algorithm == Algorithm::usp || algorithm == Algorithm::stripe)
-    return "packed documents (document_lengths) are taken by ring, zigzag, ulysses, hamilton, hamilton2 and "
-           "allgather so far, not by '" + algorithm_name(algorithm) + "'";
+  if (algorithm == Algorithm::stripe)
+    return "packed documents (document_lengths) are taken by ring, zigzag, ulysses, hamilton, hamilton2, allgather "
+           "and usp, not by 'stripe' (its ranks hold tokens N apart; zigzag balances documents per document)";
   if (split == DocumentSplit::whole_sequence && algorithm != Algorithm::allgather)
     return "document_split whole_sequence (Llama 3's context parallelism) is all-gather's alone; " +
            algorithm_name(algorithm) + " splits each document on its own: use document_split per_document";

@@ -11,15 +11,17 @@ namespace spattn {
 namespace {
 
 // The lengths padded so that they split, after checking the arguments (before any layout is
-// built from them): per document, each to the next multiple of what `kind` cuts it into; as a
-// whole sequence, the last so that the sum splits into `ranks` stretches.
+// built from them): per document, each to the next multiple of what `kind` cuts it into over
+// `groups` groups of `ranks_per_group` ranks; as a whole sequence, the last so that the sum
+// splits into `groups` stretches.
 std::vector<int64_t> padded_document_lengths(DocumentSplit split, LayoutKind kind, const std::vector<int64_t>& lengths,
-                                             int ranks) {
-  SPATTN_CHECK(ranks >= 1, "the number of ranks must be at least 1, got " << ranks);
+                                             int groups, int ranks_per_group) {
+  SPATTN_CHECK(groups >= 1, "the number of ranks must be at least 1, got " << groups);
+  SPATTN_CHECK(ranks_per_group >= 1, "ranks per group must be at least 1, got " << ranks_per_group);
   SPATTN_CHECK(!lengths.empty(), "a packed sequence needs at least one document; got none");
   const std::string error = document_lengths_error(lengths);
   SPATTN_CHECK(error.empty(), error);
-  const int64_t parts = (kind == LayoutKind::zigzag ? 2 : 1) * int64_t{ranks};
+  const int64_t parts = (kind == LayoutKind::zigzag ? 2 : 1) * int64_t{groups} * ranks_per_group;
   const auto round_up = [parts](int64_t length) { return (length + parts - 1) / parts * parts; };
   std::vector<int64_t> padded = lengths;
   if (split == DocumentSplit::whole_sequence) {
@@ -32,12 +34,16 @@ std::vector<int64_t> padded_document_lengths(DocumentSplit split, LayoutKind kin
   return padded;
 }
 
+// `split_groups`: the groups' shards cut over their ranks (SequenceLayout::grouped).
 SequenceLayout padded_sequence_layout(DocumentSplit split, LayoutKind kind, const std::vector<int64_t>& padded,
-                                      int ranks) {
-  if (split == DocumentSplit::per_document) return SequenceLayout::per_document(kind, padded, ranks);
-  int64_t tokens = 0;
-  for (int64_t length : padded) tokens += length;
-  return SequenceLayout(kind, tokens, ranks);
+                                      int groups, int ranks_per_group, bool split_groups) {
+  if (split == DocumentSplit::whole_sequence) {
+    int64_t tokens = 0;
+    for (int64_t length : padded) tokens += length;
+    return SequenceLayout(kind, tokens, groups);
+  }
+  SequenceLayout over_groups = SequenceLayout::per_document(kind, padded, groups);
+  return split_groups ? SequenceLayout::grouped(over_groups, ranks_per_group) : over_groups;
 }
 
 // 0, then the running sums of `lengths`.
@@ -71,20 +77,35 @@ void check_document_shapes(const DocumentLayout& layout, const TensorView& packe
 }  // namespace
 
 DocumentLayout::DocumentLayout(LayoutKind kind, std::vector<int64_t> document_lengths, int ranks)
-    : DocumentLayout(DocumentSplit::per_document, kind, std::move(document_lengths), ranks) {}
+    : DocumentLayout(DocumentSplit::per_document, kind, std::move(document_lengths), ranks, 1, false) {}
 
 DocumentLayout DocumentLayout::whole_sequence(std::vector<int64_t> document_lengths, int ranks) {
-  return DocumentLayout(DocumentSplit::whole_sequence, LayoutKind::contiguous, std::move(document_lengths), ranks);
+  return DocumentLayout(DocumentSplit::whole_sequence, LayoutKind::contiguous, std::move(document_lengths), ranks, 1,
+                        false);
 }
 
-DocumentLayout::DocumentLayout(DocumentSplit split, LayoutKind kind, std::vector<int64_t> document_lengths, int ranks)
+DocumentLayout DocumentLayout::grouped(LayoutKind group_kind, std::vector<int64_t> document_lengths, int groups,
+                                       int ranks_per_group) {
+  return DocumentLayout(DocumentSplit::per_document, group_kind, std::move(document_lengths), groups, ranks_per_group,
+                        true);
+}
+
+DocumentLayout DocumentLayout::over_groups() const {
+  return DocumentLayout(split_, kind_, document_lengths_, groups_, ranks_per_group_, false);
+}
+
+DocumentLayout::DocumentLayout(DocumentSplit split, LayoutKind kind, std::vector<int64_t> document_lengths, int groups,
+                               int ranks_per_group, bool split_groups)
     : split_(split),
+      groups_(groups),
+      ranks_per_group_(ranks_per_group),
+      split_groups_(split_groups),
       kind_(kind),
       document_lengths_(std::move(document_lengths)),
-      padded_lengths_(padded_document_lengths(split, kind, document_lengths_, ranks)),
+      padded_lengths_(padded_document_lengths(split, kind, document_lengths_, groups, ranks_per_group)),
       packed_starts_(starts_of(document_lengths_)),
       padded_starts_(starts_of(padded_lengths_)),
-      sequence_layout_(padded_sequence_layout(split, kind, padded_lengths_, ranks)) {}
+      sequence_layout_(padded_sequence_layout(split, kind, padded_lengths_, groups, ranks_per_group, split_groups)) {}
 
 std::vector<SequenceChunk> DocumentLayout::chunks(int rank) const {
   std::vector<SequenceChunk> cut;
@@ -149,8 +170,9 @@ std::string DocumentLayout::describe() const {
   std::ostringstream text;
   if (split_ == DocumentSplit::per_document) text << layout_name(kind_) << " per document";
   else text << "the whole sequence " << layout_name(kind_);
-  text << " over " << ranks() << " rank" << (ranks() == 1 ? "" : "s") << ": "
-       << documents() << " document" << (documents() == 1 ? "" : "s") << ", " << tokens() << " tokens and "
+  if (split_groups_) text << " over " << groups_ << " groups of " << ranks_per_group_ << " ranks: ";
+  else text << " over " << ranks() << " rank" << (ranks() == 1 ? "" : "s") << ": ";
+  text << documents() << " document" << (documents() == 1 ? "" : "s") << ", " << tokens() << " tokens and "
        << padding() << " of padding";
   return text.str();
 }

@@ -52,49 +52,79 @@ std::string rotation_error(Algorithm algorithm, int64_t seq, int ranks, bool cau
 
 namespace {
 
-// The layout that `algorithm` splits each packed document in (it takes documents).
-LayoutKind document_layout_kind(Algorithm algorithm, int ranks, bool causal, int nodes) {
+// The layout that `algorithm` splits each packed document in (it takes documents); usp's is the
+// layout its rotation splits each document over the groups in.
+LayoutKind document_layout_kind(Algorithm algorithm, int ranks, bool causal, const StrategyOptions& strategy) {
   if (algorithm == Algorithm::allgather) return LayoutKind::zigzag;
   // Every rank attends the whole sequence of its heads: any split balances.
   if (algorithm == Algorithm::ulysses) return LayoutKind::contiguous;
-  return rotation_form(algorithm, ranks, causal, nodes).layout;
+  if (algorithm == Algorithm::usp) return rotation_form(strategy.across, ranks / strategy.inner, causal, 1).layout;
+  return rotation_form(algorithm, ranks, causal, strategy.nodes).layout;
+}
+
+// usp's degree and rotation as the documents' layout needs them: a given degree that divides the
+// ranks (0 chooses by the head counts, which the documents' layout is not given) and a rotation
+// with cycles over the groups.
+std::string usp_documents_error(int ranks, const StrategyOptions& strategy, bool causal) {
+  if (strategy.inner < 1 || ranks % strategy.inner != 0)
+    return "usp with packed documents needs its Ulysses degree given (inner " + std::to_string(strategy.inner) +
+           "): a divisor of the ranks (" + std::to_string(ranks) + "); 0 chooses it from the head counts, which "
+           "plan_document_layout is not given";
+  if (!is_single_level_rotation(strategy.across))
+    return "usp runs ring, zigzag or hamilton across its groups, not '" + algorithm_name(strategy.across) + "'";
+  const int groups = ranks / strategy.inner;
+  const std::string cycles = rotation_form(strategy.across, groups, causal, 1).cycles_error;
+  if (cycles.empty()) return "";
+  return "across the " + std::to_string(groups) + " groups of usp, " + algorithm_name(strategy.across) + ": " + cycles;
 }
 
 // documents_error without the seq.
-std::string layout_error(Algorithm algorithm, int ranks, int nodes, const AttentionOptions& options) {
+std::string layout_error(Algorithm algorithm, int ranks, const StrategyOptions& strategy,
+                         const AttentionOptions& options) {
   const std::string unsupported = documents_unsupported(algorithm, options.document_lengths, options.document_split);
   if (!unsupported.empty()) return unsupported;
-  if (algorithm != Algorithm::allgather && algorithm != Algorithm::ulysses) {
-    const std::string cycles = rotation_form(algorithm, ranks, options.causal, nodes).cycles_error;
+  if (algorithm == Algorithm::usp) {
+    const std::string usp = usp_documents_error(ranks, strategy, options.causal);
+    if (!usp.empty()) return usp;
+  } else if (algorithm != Algorithm::allgather && algorithm != Algorithm::ulysses) {
+    const std::string cycles = rotation_form(algorithm, ranks, options.causal, strategy.nodes).cycles_error;
     if (!cycles.empty()) return cycles;
   }
   return document_lengths_error(options.document_lengths);
 }
 
 // The documents' layout, once layout_error has found nothing.
-DocumentLayout checked_document_layout(Algorithm algorithm, int ranks, int nodes, const AttentionOptions& options) {
+DocumentLayout checked_document_layout(Algorithm algorithm, int ranks, const StrategyOptions& strategy,
+                                       const AttentionOptions& options) {
   if (options.document_split == DocumentSplit::whole_sequence)
     return DocumentLayout::whole_sequence(options.document_lengths, ranks);
-  return DocumentLayout(document_layout_kind(algorithm, ranks, options.causal, nodes), options.document_lengths,
-                        ranks);
+  const LayoutKind kind = document_layout_kind(algorithm, ranks, options.causal, strategy);
+  if (algorithm == Algorithm::usp)
+    return DocumentLayout::grouped(kind, options.document_lengths, ranks / strategy.inner, strategy.inner);
+  return DocumentLayout(kind, options.document_lengths, ranks);
 }
 
 }  // namespace
 
-DocumentLayout strategy_document_layout(Algorithm algorithm, int ranks, int nodes, const AttentionOptions& options) {
-  const std::string error = layout_error(algorithm, ranks, nodes, options);
+DocumentLayout strategy_document_layout(Algorithm algorithm, int ranks, const StrategyOptions& strategy,
+                                        const AttentionOptions& options) {
+  const std::string error = layout_error(algorithm, ranks, strategy, options);
   SPATTN_CHECK(error.empty(), error);
-  return checked_document_layout(algorithm, ranks, nodes, options);
+  return checked_document_layout(algorithm, ranks, strategy, options);
 }
 
-std::string documents_error(Algorithm algorithm, int64_t seq, int ranks, int nodes, const AttentionOptions& options) {
-  const std::string error = layout_error(algorithm, ranks, nodes, options);
-  if (!error.empty()) return error;
-  const DocumentLayout documents = checked_document_layout(algorithm, ranks, nodes, options);
+std::string padded_length_error(int64_t seq, const DocumentLayout& documents) {
   const int64_t padded = documents.sequence_layout().global_length();
   if (seq == padded) return "";
   return "seq " + std::to_string(seq) + " does not match the packed documents: " + documents.describe() +
          "; seq must be their padded length " + std::to_string(padded) + " (plan_document_layout)";
+}
+
+std::string documents_error(Algorithm algorithm, int64_t seq, int ranks, const StrategyOptions& strategy,
+                            const AttentionOptions& options) {
+  const std::string error = layout_error(algorithm, ranks, strategy, options);
+  if (!error.empty()) return error;
+  return padded_length_error(seq, checked_document_layout(algorithm, ranks, strategy, options));
 }
 
 std::string ulysses_error(const AttentionShape& shape, int ranks) {

@@ -45,15 +45,21 @@ std::string rotation_error(Algorithm algorithm, int64_t seq, int ranks, bool cau
 
 /// The packed documents of options.document_lengths as `algorithm` holds them at `ranks` ranks,
 /// by options.document_split: each document split over the ranks in the strategy's layout (a
-/// rotation's rotation_form, all-gather's zigzag, Ulysses' contiguous), or the whole sequence
-/// contiguously (all-gather), padded where it does not split. Throws Error where documents_error
-/// finds one (but for the seq).
-DocumentLayout strategy_document_layout(Algorithm algorithm, int ranks, int nodes, const AttentionOptions& options);
+/// rotation's rotation_form with strategy.nodes, all-gather's zigzag, Ulysses' contiguous; usp's
+/// rotation `strategy.across` over its groups of `strategy.inner` ranks, DocumentLayout::grouped),
+/// or the whole sequence contiguously (all-gather), padded where it does not split. Throws Error
+/// where documents_error finds one (but for the seq).
+DocumentLayout strategy_document_layout(Algorithm algorithm, int ranks, const StrategyOptions& strategy,
+                                        const AttentionOptions& options);
 
 /// "" when `algorithm` runs the packed documents of `options` with `seq` tokens, else why: a
-/// strategy that takes no documents, a split it does not take, a rotation without cycles, a bad
-/// length, or a seq other than the documents' padded length.
-std::string documents_error(Algorithm algorithm, int64_t seq, int ranks, int nodes, const AttentionOptions& options);
+/// strategy that takes no documents, a split it does not take, a rotation without cycles, usp
+/// without a given degree, a bad length, or a seq other than the documents' padded length.
+std::string documents_error(Algorithm algorithm, int64_t seq, int ranks, const StrategyOptions& strategy,
+                            const AttentionOptions& options);
+
+/// "" when `seq` is the padded length of `documents`, else why, naming both.
+std::string padded_length_error(int64_t seq, const DocumentLayout& documents);
 
 /// ulysses: a contiguous layout and whole query heads per rank.
 std::string ulysses_error(const AttentionShape& shape, int ranks);

@@ -291,7 +291,7 @@ std::unique_ptr<Strategy> make_allgather_strategy(Communicator& communicator, co
   const bool packed = !options.document_lengths.empty();
   agree_on_call(communicator,
                 first_error({caller_error, shape_and_options_error(shape, options, communicator.device()),
-                             packed ? documents_error(Algorithm::allgather, shape.seq, ranks, 1, options)
+                             packed ? documents_error(Algorithm::allgather, shape.seq, ranks, {}, options)
                                     : allgather_error(shape, ranks)}),
                 signature);
   if (!packed)
@@ -299,7 +299,7 @@ std::unique_ptr<Strategy> make_allgather_strategy(Communicator& communicator, co
                                                SequenceLayout(LayoutKind::zigzag, shape.seq, ranks), std::nullopt,
                                                shape, options);
   const DocumentLayout documents =
-      strategy_document_layout(Algorithm::allgather, ranks, 1, options);
+      strategy_document_layout(Algorithm::allgather, ranks, {}, options);
   return std::make_unique<AllGatherStrategy>(communicator, std::move(signature), documents.sequence_layout(),
                                              documents, shape, options);
 }

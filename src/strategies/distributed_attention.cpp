@@ -31,7 +31,7 @@ std::unique_ptr<Strategy> make_strategy(Communicator& communicator, Algorithm al
 
 DocumentLayout plan_document_layout(Algorithm algorithm, int ranks, const AttentionOptions& options,
                                     const StrategyOptions& strategy_options) {
-  return strategy_document_layout(algorithm, ranks, strategy_options.nodes, options);
+  return strategy_document_layout(algorithm, ranks, strategy_options, options);
 }
 
 DistributedAttention::DistributedAttention(Communicator& communicator, Algorithm algorithm, const AttentionShape& shape,

@@ -376,17 +376,24 @@ class RotationStrategy final : public StrategyBase {
 namespace {
 
 // Validates the plan's arguments and agrees on them with every rank before building anything.
+// `given_documents`: how the ranks hold the call's packed documents when the caller laid them
+// out (USP's groups); otherwise the rotation's own per-document layout.
 std::unique_ptr<Strategy> agree_and_make_rotation_strategy(Communicator& communicator, const RotationKind& kind,
                                                         const AttentionShape& shape, const AttentionOptions& options,
-                                                        const std::string& caller_error) {
+                                                        const std::string& caller_error,
+                                                        const std::optional<DocumentLayout>& given_documents) {
   const int ranks = communicator.size();
   std::vector<CallField> signature = rotation_signature(kind, shape, options);
   const bool packed = !options.document_lengths.empty();
+  StrategyOptions strategy;
+  strategy.nodes = kind.nodes;
+  std::string layout_error = rotation_error(kind.algorithm, shape.seq, ranks, options.causal, kind.nodes);
+  if (packed)
+    layout_error = given_documents ? padded_length_error(shape.seq, *given_documents)
+                                   : documents_error(kind.algorithm, shape.seq, ranks, strategy, options);
   agree_on_call(communicator,
                 first_error({caller_error, shape_and_options_error(shape, options, communicator.device()),
-                             mask_unsupported(kind.algorithm, options),
-                             packed ? documents_error(kind.algorithm, shape.seq, ranks, kind.nodes, options)
-                                    : rotation_error(kind.algorithm, shape.seq, ranks, options.causal, kind.nodes)}),
+                             mask_unsupported(kind.algorithm, options), layout_error}),
                 signature);
   if (!packed) {
     SequenceLayout layout(rotation_form(kind.algorithm, ranks, options.causal, kind.nodes).layout, shape.seq, ranks);
@@ -394,7 +401,7 @@ std::unique_ptr<Strategy> agree_and_make_rotation_strategy(Communicator& communi
                                               std::nullopt, shape, options);
   }
   const DocumentLayout documents =
-      strategy_document_layout(kind.algorithm, ranks, kind.nodes, options);
+      given_documents ? *given_documents : strategy_document_layout(kind.algorithm, ranks, strategy, options);
   SequenceLayout layout = documents.sequence_layout();
   return std::make_unique<RotationStrategy>(communicator, kind, std::move(signature), std::move(layout),
                                             documents, shape, options);
@@ -408,14 +415,25 @@ std::unique_ptr<Strategy> make_rotation_strategy(Algorithm algorithm, Communicat
   SPATTN_CHECK(is_single_level_rotation(algorithm) || algorithm == Algorithm::stripe,
                "'" << algorithm_name(algorithm)
                    << "' is not a single-level rotation; allowed: ring, zigzag, stripe, hamilton");
-  return agree_and_make_rotation_strategy(communicator, RotationKind{algorithm, 1}, shape, options, caller_error);
+  return agree_and_make_rotation_strategy(communicator, RotationKind{algorithm, 1}, shape, options, caller_error,
+                                          std::nullopt);
+}
+
+std::unique_ptr<Strategy> make_rotation_strategy_over(Algorithm algorithm, Communicator& communicator,
+                                                      const AttentionShape& shape, const AttentionOptions& options,
+                                                      const DocumentLayout& documents) {
+  SPATTN_CHECK(is_single_level_rotation(algorithm),
+               "'" << algorithm_name(algorithm) << "' is not a single-level rotation; allowed: ring, zigzag, hamilton");
+  SPATTN_CHECK(documents.ranks() == communicator.size(),
+               "documents laid out over " << documents.ranks() << " ranks for a rotation over " << communicator.size());
+  return agree_and_make_rotation_strategy(communicator, RotationKind{algorithm, 1}, shape, options, "", documents);
 }
 
 std::unique_ptr<Strategy> make_two_level_hamilton_strategy(Communicator& communicator, int nodes,
                                                            const AttentionShape& shape, const AttentionOptions& options,
                                                            const std::string& caller_error) {
   return agree_and_make_rotation_strategy(communicator, RotationKind{Algorithm::hamilton2, nodes}, shape, options,
-                                       caller_error);
+                                          caller_error, std::nullopt);
 }
 
 }  // namespace spattn

@@ -32,6 +32,13 @@ std::unique_ptr<Strategy> make_rotation_strategy(Algorithm algorithm, Communicat
                                                  const AttentionShape& shape, const AttentionOptions& options,
                                                  const std::string& caller_error);
 
+/// A single-level rotation (ring, zigzag, hamilton) over `communicator` of packed documents that
+/// `documents` lays out over its ranks: USP's rotation across its groups, whose documents are
+/// padded so that each group's part splits over the group (DocumentLayout::over_groups).
+std::unique_ptr<Strategy> make_rotation_strategy_over(Algorithm algorithm, Communicator& communicator,
+                                                      const AttentionShape& shape, const AttentionOptions& options,
+                                                      const DocumentLayout& documents);
+
 /// ulysses (contiguous layout, heads divisible by ranks).
 std::unique_ptr<Strategy> make_ulysses_strategy(Communicator& communicator, const AttentionShape& shape,
                                                 const AttentionOptions& options, const std::string& caller_error);

@@ -482,7 +482,7 @@ std::unique_ptr<Strategy> make_ulysses_strategy(Communicator& communicator, cons
   const bool packed = !options.document_lengths.empty();
   agree_on_call(communicator,
                 first_error({caller_error, shape_and_options_error(shape, options, communicator.device()),
-                             packed ? documents_error(Algorithm::ulysses, shape.seq, ranks, 1, options)
+                             packed ? documents_error(Algorithm::ulysses, shape.seq, ranks, {}, options)
                                     : "",
                              ulysses_error(shape, ranks)}),
                 signature);
@@ -491,7 +491,7 @@ std::unique_ptr<Strategy> make_ulysses_strategy(Communicator& communicator, cons
                                         SequenceLayout(LayoutKind::contiguous, shape.seq, ranks), std::nullopt,
                                         signature, shape, options);
   const DocumentLayout documents =
-      strategy_document_layout(Algorithm::ulysses, ranks, 1, options);
+      strategy_document_layout(Algorithm::ulysses, ranks, {}, options);
   return make_agreed_ulysses_strategy(communicator, AcrossGroups{}, documents.sequence_layout(), documents, signature,
                                       shape, options);
 }

@@ -1,5 +1,5 @@
 // Packed documents (AttentionOptions::document_lengths) at the rank count of this run: every
-// strategy but usp and stripe, each document split on its own, and all-gather over the whole sequence split
+// strategy but stripe (usp over its groups), each document split on its own, and all-gather over the whole sequence split
 // contiguously (Llama 3's), forward and backward, against the per-document fp64 reference with the 2x criterion
 // (out, lse, dq, dk, dv of the real tokens, gathered through shard_documents / unshard_documents);
 // padding rows of a plan's own shards hold out 0, lse -inf and no gradient; strategies and shapes
@@ -72,9 +72,39 @@ std::string case_name(const ::testing::TestParamInfo<DocumentCase>& info) {
 INSTANTIATE_TEST_SUITE_P(Strategies, PackedDocumentAccuracy,
                          ::testing::Combine(::testing::Values(Algorithm::ring, Algorithm::zigzag, Algorithm::hamilton,
                                                               Algorithm::hamilton2, Algorithm::allgather,
-                                                              Algorithm::ulysses),
+                                                              Algorithm::ulysses, Algorithm::usp),
                                             ::testing::Range(0, 4), ::testing::Range(0, 4)),
                          case_name);
+
+// USP: every document split over the groups by the rotation across them (ring, zigzag or
+// hamilton), each group's part cut over its ranks, which trade heads for tokens; groups of two
+// ranks where the rank count is even (else one), the rest the groups.
+class UspDocumentAccuracy : public ::testing::TestWithParam<std::tuple<Algorithm, int /*mask*/, int /*set*/>> {};
+
+TEST_P(UspDocumentAccuracy, MatchesPerDocumentReferenceForwardAndBackward) {
+  const auto [across, mask_index, set_index] = GetParam();
+  const int ranks = world().size();
+  StrategyOptions strategy;
+  strategy.inner = ranks % 2 == 0 ? 2 : 1;
+  strategy.across = across;
+  const int groups = ranks / strategy.inner;
+  if (across == Algorithm::hamilton && (groups == 4 || groups == 6))
+    GTEST_SKIP() << "no Hamiltonian decomposition over " << groups << " groups";
+  AttentionOptions options = kMasks[mask_index].options;
+  options.document_lengths = kDocumentSets[set_index].lengths;
+  const AttentionShape shape{1, total_tokens(options.document_lengths), 4, 2, 32, DType::bf16};
+  const uint64_t seed = 7000 + static_cast<uint64_t>(mask_index) * 10 + static_cast<uint64_t>(set_index);
+  expect_accurate(Algorithm::usp, random_problem(shape, options, seed, /*backward=*/true), strategy);
+}
+
+INSTANTIATE_TEST_SUITE_P(Usp, UspDocumentAccuracy,
+                         ::testing::Combine(::testing::Values(Algorithm::ring, Algorithm::zigzag, Algorithm::hamilton),
+                                            ::testing::Range(0, 4), ::testing::Range(0, 4)),
+                         [](const ::testing::TestParamInfo<std::tuple<Algorithm, int, int>>& info) {
+                           return algorithm_name(std::get<0>(info.param)) + "_" +
+                                  kMasks[std::get<1>(info.param)].name + "_" +
+                                  kDocumentSets[std::get<2>(info.param)].name;
+                         });
 
 // All-gather over the whole packed sequence split contiguously: documents cut at any token by the
 // ranks' boundaries.
@@ -185,18 +215,33 @@ TEST(PackedDocuments, OnlyAllGatherSplitsTheWholeSequence) {
 }
 
 // Refusals, the same on every rank and before any transfer.
-TEST(PackedDocuments, UspAndStripeRefuseThemOnEveryRank) {
+TEST(PackedDocuments, StripeRefusesThemOnEveryRank) {
   AttentionOptions options;
   options.document_lengths = {4, 4};
   const AttentionShape shape{1, 8 * world().size(), world().size(), world().size(), 16, DType::f32};
-  for (Algorithm algorithm : {Algorithm::usp, Algorithm::stripe}) {
-    const std::string name = algorithm_name(algorithm);
-    const std::string error = error_of([&] { DistributedAttention plan(world(), algorithm, shape, options); });
-    EXPECT_THAT(error, HasSubstr("packed documents (document_lengths) are taken by ring, zigzag, ulysses, hamilton, "
-                                 "hamilton2 and allgather so far, not by '" + name + "'"));
-    EXPECT_THAT(error_of([&] { plan_document_layout(algorithm, world().size(), options); }),
-                HasSubstr("not by '" + name + "'"));
-  }
+  const std::string error = error_of([&] { DistributedAttention plan(world(), Algorithm::stripe, shape, options); });
+  EXPECT_THAT(error, HasSubstr("packed documents (document_lengths) are taken by ring, zigzag, ulysses, hamilton, "
+                               "hamilton2, allgather and usp, not by 'stripe'"));
+  EXPECT_THAT(error_of([&] { plan_document_layout(Algorithm::stripe, world().size(), options); }),
+              HasSubstr("not by 'stripe'"));
+}
+
+// plan_document_layout knows no head counts, so usp's degree must be given to it; the plan itself
+// resolves 0 as always.
+TEST(PackedDocuments, UspLayoutNeedsItsDegreeGiven) {
+  const int ranks = world().size();
+  AttentionOptions options;
+  options.document_lengths = {5, 3};
+  EXPECT_THAT(error_of([&] { plan_document_layout(Algorithm::usp, ranks, options); }),
+              HasSubstr("usp with packed documents needs its Ulysses degree given (inner 0): a divisor of the ranks (" +
+                        std::to_string(ranks) + ")"));
+  StrategyOptions strategy;
+  strategy.inner = ranks;
+  const DocumentLayout layout = plan_document_layout(Algorithm::usp, ranks, options, strategy);
+  EXPECT_EQ(layout.ranks(), ranks);
+  // One group of every rank, zigzag across it: each document padded to a multiple of 2N.
+  const auto padded = [unit = 2 * ranks](int64_t length) { return (length + unit - 1) / unit * unit; };
+  EXPECT_EQ(layout.sequence_layout().global_length(), padded(5) + padded(3));
 }
 
 TEST(PackedDocuments, SeqOtherThanThePaddedLengthIsRefusedNamingIt) {

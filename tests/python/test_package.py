@@ -11,7 +11,7 @@ from spattn import _core
 
 
 def test_algorithms_and_availability():
-    assert spattn.algorithms() == ["ring", "zigzag", "ulysses", "hamilton", "hamilton2", "allgather", "usp"]
+    assert spattn.algorithms() == ["ring", "zigzag", "stripe", "ulysses", "hamilton", "hamilton2", "allgather", "usp"]
     assert spattn.is_available("cpu") and spattn.is_available("mpi")
     assert spattn.is_available("cuda") == spattn.is_available("nccl") == hasattr(_core, "NcclCommunicator")
     try:

@@ -117,6 +117,40 @@ TEST_P(EveryDocumentLayout, QueryPairsCountWhatEachRanksRealQueriesSee) {
 
 INSTANTIATE_TEST_SUITE_P(Layouts, EveryDocumentLayout, ::testing::Values(LayoutKind::contiguous, LayoutKind::zigzag));
 
+// USP's split: the group layout's shards cut contiguously over each group's ranks, and the
+// documents padded so that they split over every rank; over_groups is the same padded documents
+// over the groups alone, whose shards are the group members' shards put side by side.
+TEST(DocumentLayout, GroupedCutsEachGroupsPartsOverItsRanks) {
+  const std::vector<int64_t> lengths = awkward_lengths();
+  for (LayoutKind kind : {LayoutKind::contiguous, LayoutKind::zigzag})
+    for (int groups = 1; groups <= 3; ++groups)
+      for (int per_group = 1; per_group <= 3; ++per_group) {
+        const DocumentLayout layout = DocumentLayout::grouped(kind, lengths, groups, per_group);
+        const DocumentLayout over_groups = layout.over_groups();
+        SCOPED_TRACE(layout.describe());
+        const int64_t parts = (kind == LayoutKind::zigzag ? 2 : 1) * int64_t{groups} * per_group;
+        EXPECT_EQ(layout.ranks(), groups * per_group);
+        EXPECT_EQ(over_groups.ranks(), groups);
+        EXPECT_EQ(over_groups.padded_lengths(), layout.padded_lengths());
+        EXPECT_EQ(over_groups.over_groups().padded_lengths(), layout.padded_lengths());
+        for (std::size_t document = 0; document < lengths.size(); ++document) {
+          EXPECT_EQ(layout.padded_lengths()[document] % parts, 0);
+          EXPECT_LT(layout.padded_lengths()[document] - lengths[document], parts);
+        }
+        for (int group = 0; group < groups; ++group) {
+          std::vector<int64_t> members_positions, group_positions;
+          for (int member = 0; member < per_group; ++member)
+            for (const SequenceChunk& chunk : layout.sequence_layout().chunks(group * per_group + member))
+              for (int64_t i = 0; i < chunk.length; ++i) members_positions.push_back(chunk.position + i);
+          for (const SequenceChunk& chunk : over_groups.sequence_layout().chunks(group))
+            for (int64_t i = 0; i < chunk.length; ++i) group_positions.push_back(chunk.position + i);
+          EXPECT_EQ(members_positions, group_positions) << "group " << group;
+        }
+      }
+  EXPECT_THAT(DocumentLayout::grouped(LayoutKind::zigzag, {5, 3}, 2, 2).describe(),
+              HasSubstr("zigzag per document over 2 groups of 2 ranks: 2 documents, 8 tokens and 8 of padding"));
+}
+
 TEST(DocumentLayout, ZigzagGivesEveryRankTheSameCausalWorkWithinDocuments) {
   const int ranks = 4;
   const std::vector<int64_t> lengths{64, 8, 24, 200};  // multiples of 2N = 8: no padding
