@@ -62,20 +62,29 @@ LayoutKind document_layout_kind(Algorithm algorithm, int ranks, bool causal, con
   return rotation_form(algorithm, ranks, causal, strategy.nodes).layout;
 }
 
+// "" when usp can rotate `across` its groups at all, else why.
+std::string usp_rotation_error(Algorithm across) {
+  if (is_single_level_rotation(across)) return "";
+  return "usp runs ring, zigzag or hamilton across its groups, not '" + algorithm_name(across) + "'";
+}
+
+// `error` of usp's rotation `across` over its `groups`, said as such ("" stays "").
+std::string across_groups_error(int groups, Algorithm across, const std::string& error) {
+  if (error.empty()) return "";
+  return "across the " + std::to_string(groups) + " groups of usp, " + algorithm_name(across) + ": " + error;
+}
+
 // usp's degree and rotation as the documents' layout needs them: a given degree that divides the
-// ranks (0 chooses by the head counts, which the documents' layout is not given) and a rotation
-// with cycles over the groups.
+// ranks (0 chooses by the head counts, which the documents' layout is not given) and its rotation.
 std::string usp_documents_error(int ranks, const StrategyOptions& strategy, bool causal) {
   if (strategy.inner < 1 || ranks % strategy.inner != 0)
     return "usp with packed documents needs its Ulysses degree given (inner " + std::to_string(strategy.inner) +
            "): a divisor of the ranks (" + std::to_string(ranks) + "); 0 chooses it from the head counts, which "
            "plan_document_layout is not given";
-  if (!is_single_level_rotation(strategy.across))
-    return "usp runs ring, zigzag or hamilton across its groups, not '" + algorithm_name(strategy.across) + "'";
+  const std::string rotation = usp_rotation_error(strategy.across);
+  if (!rotation.empty()) return rotation;
   const int groups = ranks / strategy.inner;
-  const std::string cycles = rotation_form(strategy.across, groups, causal, 1).cycles_error;
-  if (cycles.empty()) return "";
-  return "across the " + std::to_string(groups) + " groups of usp, " + algorithm_name(strategy.across) + ": " + cycles;
+  return across_groups_error(groups, strategy.across, rotation_form(strategy.across, groups, causal, 1).cycles_error);
 }
 
 // documents_error without the seq.
@@ -143,15 +152,13 @@ std::string usp_error(const AttentionShape& shape, int ranks, int inner, Algorit
   const int ranks_per_group = resolved_ulysses_degree(ranks, inner, shape);
   const std::string degree = ulysses_degree_error(ranks, ranks_per_group, shape);
   if (!degree.empty()) return degree;
-  if (!is_single_level_rotation(across))
-    return "usp runs ring, zigzag or hamilton across its groups, not '" + algorithm_name(across) + "'";
+  const std::string rotation = usp_rotation_error(across);
+  if (!rotation.empty()) return rotation;
   const int groups = ranks / ranks_per_group;
   const LayoutKind group_layout = rotation_form(across, groups, causal, 1).layout;
   const std::string split = SequenceLayout::grouped_split_error(group_layout, shape.seq, groups, ranks_per_group);
   if (!split.empty()) return split;
-  const std::string across_error = rotation_error(across, shape.seq, groups, causal, 1);
-  if (across_error.empty()) return "";
-  return "across the " + std::to_string(groups) + " groups of usp, " + algorithm_name(across) + ": " + across_error;
+  return across_groups_error(groups, across, rotation_error(across, shape.seq, groups, causal, 1));
 }
 
 std::string strategy_error(Algorithm algorithm, const AttentionShape& shape, int ranks, bool causal,
