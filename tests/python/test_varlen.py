@@ -186,3 +186,21 @@ def test_new_packings_keep_only_the_last_few_plans():
     for first in range(1, 8):
         spattn.ring_flash_attn_varlen_func(q, q, q, torch.tensor([0, first, 8], dtype=torch.int32), 8)
     assert spattn.cached_plan_count() == spattn.plans.DOCUMENT_PLANS_KEPT
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_the_per_sequence_reference_is_a_loop_of_torch_sdpa(causal):
+    # The reference every varlen and llama3 test holds spattn to, against PyTorch's own attention
+    # run on each sequence alone (fp64, GQA through repeated kv heads).
+    lengths = [1, 7, 30, 2]
+    problem, inputs, _ = packed_problem(lengths, "separate", torch.float32, causal, (-1, -1), head_dim=16)
+    expected = per_sequence_reference(problem, lengths, inputs)
+    group_size = problem.heads // problem.kv_heads
+    start = 0
+    for length in lengths:
+        q, k, v = (inputs[name][:, start:start + length].double().transpose(1, 2) for name in ("q", "k", "v"))
+        out = torch.nn.functional.scaled_dot_product_attention(
+            q, k.repeat_interleave(group_size, dim=1), v.repeat_interleave(group_size, dim=1), is_causal=causal,
+            scale=problem.scale)  # (1, H, length, D)
+        torch.testing.assert_close(expected["out"][:, start:start + length], out.transpose(1, 2))
+        start += length
