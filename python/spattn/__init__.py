@@ -1,8 +1,8 @@
 """spattn: distributed exact attention (sequence parallelism) for PyTorch.
 
 Drop-in functions with ring-flash-attn's signatures (ring_flash_attn_func, zigzag_ring_flash_attn_func,
-stripe_flash_attn_func, their kvpacked/qkvpacked forms, their varlen forms over packed sequences and the llama3 ones with
-llama3_flash_attn_prepare_cu_seqlens) and the same shape for every other spattn strategy
+stripe_flash_attn_func, their kvpacked/qkvpacked forms, their varlen forms over packed sequences and
+the llama3 ones with llama3_flash_attn_prepare_cu_seqlens) and the same shape for every other spattn strategy
 (ulysses_attn_func, hamilton_attn_func, hamilton2_attn_func, allgather_attn_func, usp_attn_func),
 the UlyssesAttention module, yunchang's set_seq_parallel_pg and LongContextAttention (USP), and
 auto_select (the strategy the cost model expects to be fastest, as a function to call), and

@@ -279,9 +279,10 @@ class RotationStrategy final : public StrategyBase {
     for (const SequenceChunk& chunk : sequence_layout.chunks(rank)) {
       const auto found = chunk_blocks.find(chunk.local_offset);
       const int64_t seen = found == chunk_blocks.end() ? 0 : found->second.first.block->queries.length;
-      if (seen < chunk.length)
-        rows_without_blocks.push_back(
-            {sequence_layout.mask_position(chunk.position, rank) + seen, chunk.length - seen, chunk.local_offset + seen});
+      if (seen < chunk.length) {
+        const int64_t position = sequence_layout.mask_position(chunk.position, rank) + seen;
+        rows_without_blocks.push_back({position, chunk.length - seen, chunk.local_offset + seen});
+      }
     }
   }
 
