@@ -1,7 +1,8 @@
 // Packed documents (AttentionOptions::document_lengths) at the rank count of this run: every
 // strategy but stripe (usp over its groups), each document split on its own, and all-gather over
-// the whole sequence split contiguously (Llama 3's), forward and backward, against the per-document fp64 reference with the 2x criterion
-// (out, lse, dq, dk, dv of the real tokens, gathered through shard_documents / unshard_documents);
+// the whole sequence split contiguously (Llama 3's), forward and backward, against the
+// per-document fp64 reference with the 2x criterion (out, lse, dq, dk, dv of the real tokens,
+// gathered through shard_documents / unshard_documents);
 // padding rows of a plan's own shards hold out 0, lse -inf and no gradient; strategies and shapes
 // that do not take the documents refuse them on every rank before any transfer.
 
