@@ -51,7 +51,6 @@
 #include "bench_tensor.hpp"
 #include "kernels/cuda/cudnn_attention.hpp"
 #include "kernels/hopper/hopper_forward.hpp"
-#include "schedule/ulysses_degree.hpp"
 #include "spattn/device_communicator.hpp"
 #include "spattn/device_memory.hpp"
 #include "spattn/distributed_attention.hpp"
@@ -59,6 +58,7 @@
 #include "spattn/error.hpp"
 #include "spattn/memory_statistics.hpp"
 #include "spattn/mpi_communicator.hpp"
+#include "strategy_runner.hpp"
 
 namespace spattn {
 namespace {
@@ -315,14 +315,6 @@ std::vector<int64_t> random_document_lengths(int64_t tokens, int64_t count, uint
   return lengths;
 }
 
-// The strategy options of the document rows: usp's degree resolved as its plan resolves 0, which
-// plan_document_layout needs given.
-StrategyOptions document_strategy_options(Algorithm algorithm, int ranks, const AttentionShape& shape) {
-  StrategyOptions strategy;
-  if (algorithm == Algorithm::usp) strategy.inner = resolved_ulysses_degree(ranks, 0, shape);
-  return strategy;
-}
-
 // The most query-key pairs a rank of `algorithm` computes on the packed documents of `attention`
 // over the mean (1: equal work). Queries stay on their rank in every strategy that takes
 // documents but Ulysses, whose ranks each take an equal share of the heads over every token, and
@@ -454,29 +446,29 @@ void time_documents(Communicator& world, Communicator& communicator, Communicato
   }
   for (const auto& [algorithm_name, split] : entries) {
     const Algorithm algorithm = parse_algorithm(algorithm_name);
-    attention.document_split = split;
+    AttentionOptions split_attention = attention;
+    split_attention.document_split = split;
     const std::string label =
         split == DocumentSplit::per_document ? algorithm_name : algorithm_name + "_" + document_split_name(split);
     if (!documents_unsupported(algorithm, attention.document_lengths, split).empty()) {
       if (world.rank() == 0) std::printf("%s takes no packed documents\n", label.c_str());
       continue;
     }
-    const StrategyOptions strategy = document_strategy_options(algorithm, gpus, shape);
+    const StrategyOptions strategy = resolved_strategy_options(algorithm, gpus, shape, {});
     AttentionShape padded = shape;
-    padded.seq = plan_document_layout(algorithm, gpus, attention, strategy).sequence_layout().global_length();
+    padded.seq = plan_document_layout(algorithm, gpus, split_attention, strategy).sequence_layout().global_length();
     announce(world, name + " " + label, causal, padded.seq);
     const std::optional<PassTimes> measured = measure_on_every_rank(world, label, [&] {
-      return time_strategy(world, communicator, algorithm, padded, attention, options);
+      return time_strategy(world, communicator, algorithm, padded, split_attention, options);
     });
     if (!measured) continue;
     if (world.rank() == 0)
       std::printf("%s work per rank: the most over the mean %.4f (%lld tokens of padding)\n", label.c_str(),
-                  work_per_rank_imbalance(algorithm, gpus, attention, strategy),
+                  work_per_rank_imbalance(algorithm, gpus, split_attention, strategy),
                   static_cast<long long>(padded.seq - shape.seq));
     add_rows(rows, Row{name, label, gpus, tokens_per_gpu, shape.kv_heads, causal}, *measured, flop, ideal);
     write_and_clear(world, options, rows);
   }
-  attention.document_split = DocumentSplit::per_document;
   // The ring that knows no documents: the whole sequence under the mask alone.
   AttentionOptions plain = attention;
   plain.document_lengths.clear();

@@ -32,8 +32,7 @@ Algorithm parse_algorithm(const std::string& name);
 /// (AttentionOptions::document_lengths; none: every algorithm) split by `split`, else why: every
 /// strategy but stripe takes them, each document split on its own (usp: over its groups, then
 /// within each group: give it StrategyOptions::inner); all-gather alone also splits the whole
-/// sequence. Plans refuse what it refuses, on every rank before any
-/// transfer.
+/// sequence. Plans refuse what it refuses, on every rank before any transfer.
 std::string documents_unsupported(Algorithm algorithm, const std::vector<int64_t>& document_lengths,
                                   DocumentSplit split = DocumentSplit::per_document);
 

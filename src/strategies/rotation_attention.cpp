@@ -388,10 +388,10 @@ std::unique_ptr<Strategy> agree_and_make_rotation_strategy(Communicator& communi
   const bool packed = !options.document_lengths.empty();
   StrategyOptions strategy;
   strategy.nodes = kind.nodes;
-  std::string layout_error = rotation_error(kind.algorithm, shape.seq, ranks, options.causal, kind.nodes);
-  if (packed)
-    layout_error = given_documents ? padded_length_error(shape.seq, *given_documents)
-                                   : documents_error(kind.algorithm, shape.seq, ranks, strategy, options);
+  const std::string layout_error =
+      !packed          ? rotation_error(kind.algorithm, shape.seq, ranks, options.causal, kind.nodes)
+      : given_documents ? padded_length_error(shape.seq, *given_documents)
+                        : documents_error(kind.algorithm, shape.seq, ranks, strategy, options);
   agree_on_call(communicator,
                 first_error({caller_error, shape_and_options_error(shape, options, communicator.device()),
                              mask_unsupported(kind.algorithm, options), layout_error}),
