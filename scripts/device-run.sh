@@ -15,7 +15,8 @@
 #                (SPATTN_CTEST_REGEX, when set, runs only the tests it matches)
 #   sweep        `spattn run --device cuda --check --backward` for every strategy, causal and not,
 #                at SPATTN_SWEEP_RANKS ranks (default 1 2 3 8) over the machine's GPUs; with
-#                SPATTN_SWEEP_DOC_LENS=L1,L2,... on those packed documents (scripts/check-sweep.sh)
+#                SPATTN_SWEEP_DOC_LENS=L1,L2,... on those packed documents (scripts/check-sweep.sh);
+#                SPATTN_SWEEP_KERNEL=own|cudnn passes --kernel (default: automatic)
 #   forward-sweep  the same without --backward (out and lse only), for each --kernel in
 #                SPATTN_SWEEP_KERNELS (default own cudnn): forward-sweep-KERNEL.log
 #   faults       StalledRankOnGpus and PlanMemoryOnGpus at one rank per GPU (SPATTN_FAULTS_FILTER, a
@@ -396,7 +397,8 @@ if ! wants sweep; then
   :
 elif ((built)); then
   SPATTN_BIN="$build_dir/spattn" SPATTN_SWEEP_RANKS="${SPATTN_SWEEP_RANKS:-1 2 3 8}" \
-    timeout "$(seconds_left)" bash "$root/scripts/check-sweep.sh" --device cuda >"$logs/sweep.log" 2>&1
+    timeout "$(seconds_left)" bash "$root/scripts/check-sweep.sh" --device cuda \
+      ${SPATTN_SWEEP_KERNEL:+--kernel "$SPATTN_SWEEP_KERNEL"} >"$logs/sweep.log" 2>&1
   status=$?
   count_sweep_runs "$logs/sweep.log"
   if [[ $status -eq 0 && $failures -eq 0 ]]; then

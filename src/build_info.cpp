@@ -10,6 +10,7 @@
 #ifdef SPATTN_WITH_CUDA
 #include <cuda_runtime_api.h>
 
+#include "kernels/hopper/hopper_backward.hpp"
 #include "kernels/hopper/hopper_forward.hpp"
 #endif
 
@@ -28,9 +29,9 @@ BuildInfo build_info() {
   info.block_kernels = {{"cpu", "fp32, fp16, bf16 (computed in fp32), head dim 1 to " + std::to_string(kMaxHeadDim) +
                                     "; forward and backward (OpenMP threads, OpenBLAS tile products)"}};
 #ifdef SPATTN_WITH_CUDA
-  info.kernel_backends.push_back("cuda (own Hopper forward, cuDNN attention)");
+  info.kernel_backends.push_back("cuda (own Hopper forward and backward, cuDNN attention)");
   info.block_kernels.push_back({"own (Hopper sm_90)", "forward: " + cuda::hopper_forward_description() +
-                                                          "; backward: cuDNN"});
+                                                          "; backward: " + cuda::hopper_backward_description()});
   info.block_kernels.push_back({"cudnn", "bf16, fp16, the head dims cuDNN's fused attention takes; forward and "
                                          "backward, each call's out and gradients in the input dtype"});
   info.communicators.push_back("mpi staged through the host (device memory)");

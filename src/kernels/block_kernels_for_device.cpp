@@ -3,6 +3,7 @@
 
 #ifdef SPATTN_WITH_CUDA
 #include "kernels/cuda/cuda_block_kernels.hpp"
+#include "kernels/hopper/hopper_backward.hpp"
 #include "kernels/hopper/hopper_forward.hpp"
 #endif
 
@@ -49,7 +50,8 @@ std::string block_kernels_unsupported(const Device& device, KernelChoice kernel,
   }
 #ifdef SPATTN_WITH_CUDA
   if (reason.empty() && kernel == KernelChoice::own) {
-    const std::string own_reason = cuda::hopper_forward_unsupported(device, dtype, head_dim);
+    std::string own_reason = cuda::hopper_forward_unsupported(device, dtype, head_dim);
+    if (own_reason.empty()) own_reason = cuda::hopper_backward_unsupported(device, dtype, head_dim);
     if (!own_reason.empty()) {
       return "kernel own cannot run " + dtype_name(dtype) + " attention of head dim " + std::to_string(head_dim) +
              " on " + device_name(device) + ": " + own_reason +

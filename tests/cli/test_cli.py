@@ -252,7 +252,8 @@ class ExitStatus(unittest.TestCase):
         self.assertIn("head dim 1 to 256", info["block_kernels"][0]["supports"])
         if any(backend.startswith("cuda") for backend in info["kernel_backends"]):
             self.assertEqual(names[1:], ["own (Hopper sm_90)", "cudnn"])
-            self.assertIn("backward: cuDNN", info["block_kernels"][1]["supports"])
+            self.assertIn("; backward: ", info["block_kernels"][1]["supports"])
+            self.assertIn("dq, dk, dv added in fp32", info["block_kernels"][1]["supports"])
         text = spattn(1, "info").stdout
         self.assertIn("block kernels:   cpu: fp32, fp16, bf16", text)
 

@@ -9,6 +9,7 @@
 #include "core/cuda/cuda_check.hpp"
 #include "core/cuda/current_device_guard.hpp"
 #include "core/memory_ledger.hpp"
+#include "kernels/hopper/hopper_backward.hpp"
 #include "kernels/hopper/hopper_forward.hpp"
 #include "spattn/error.hpp"
 
@@ -167,10 +168,6 @@ void CudaBlockKernels::backward(const BackwardBlock& block) {
   const Device device = elementwise_.device();
   const TensorView& q = block.q;
   check_query_side(q, block.dout, "dout", block.lse, device);
-  SPATTN_CHECK(block.out.data != nullptr,
-               "the CUDA backward needs BackwardBlock::out, the final output of the attention: cuDNN recomputes "
-               "delta = rowsum(dout * out) itself and takes no delta");
-  check_query_side(q, block.out, "out", block.lse, device);
   check_query_side(q, block.dq, "dq", block.lse, device);
   SPATTN_CHECK(block.dq.dtype == DType::f32, "dq " << block.dq.describe() << " must be fp32");
   for (const KvGradSegment& segment : block.segments) {
@@ -180,6 +177,14 @@ void CudaBlockKernels::backward(const BackwardBlock& block) {
     SPATTN_CHECK(segment.dk.dtype == DType::f32 && segment.dv.dtype == DType::f32,
                  "dk " << segment.dk.describe() << " and dv " << segment.dv.describe() << " must be fp32");
   }
+  if (kernel_ == KernelChoice::own) {
+    hopper_backward(block, stream());  // on the block's device, which it makes current
+    return;
+  }
+  SPATTN_CHECK(block.out.data != nullptr,
+               "the cuDNN backward needs BackwardBlock::out, the final output of the attention: cuDNN recomputes "
+               "delta = rowsum(dout * out) itself and takes no delta");
+  check_query_side(q, block.out, "out", block.lse, device);
 
   // cuDNN takes out and dout in q's dtype with head_dim contiguous: convert once per block.
   const auto in_q_dtype = [&](const TensorView& view, Scratch& buffer) {

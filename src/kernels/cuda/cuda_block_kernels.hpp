@@ -3,8 +3,9 @@
 // spattn's own Hopper kernel (hopper_forward, one launch per block that merges into the running
 // result itself) where it runs the block, or through cuDNN's fused attention (CudnnAttention, one
 // call per piece of every (query block, key segment) pair, merged by the element-wise kernels);
-// the backward through cuDNN for every choice. Takes bf16 or fp16 q, k, v (neither has an fp32
-// path).
+// the backward through spattn's own Hopper kernel with KernelChoice::own (hopper_backward, one
+// launch per block, gradients added in fp32), through cuDNN otherwise. Takes bf16 or fp16 q, k, v
+// (neither has an fp32 path).
 
 #include <cuda_runtime_api.h>
 
@@ -29,7 +30,8 @@ class CudaBlockKernels final : public BlockKernels {
   ~CudaBlockKernels() override;
 
   Device device() const override { return elementwise_.device(); }
-  bool backward_reads_output() const override { return true; }
+  /// cuDNN's backward recomputes delta from out; the own backward reads delta.
+  bool backward_reads_output() const override { return kernel_ != KernelChoice::own; }
   cudaStream_t stream() const { return elementwise_.stream(); }
 
   /// With KernelChoice::cudnn, and with automatic where hopper_forward_unsupported(block) says
@@ -40,10 +42,12 @@ class CudaBlockKernels final : public BlockKernels {
   /// afterwards. Otherwise hopper_forward(block), which writes final_out in its epilogue, or with
   /// own an Error naming why it cannot run the block.
   void forward(const ForwardBlock& block) override;
-  /// Through cuDNN whatever the KernelChoice (the own backward is still to come): for every
-  /// segment, every piece, cuDNN backward with the final lse (block.lse) and final output
-  /// (block.out, required here), gradients in the input dtype in workspaces, added into block.dq
-  /// and the segment's dk, dv. block.delta is not read (cuDNN recomputes it from out).
+  /// With KernelChoice::own, hopper_backward(block): one launch, block.delta read, block.out not,
+  /// or an Error naming why it cannot run the block. Otherwise through cuDNN (automatic too, until
+  /// the own backward reaches cuDNN's speed: bench/kernel-notes.md): for every segment, every
+  /// piece, cuDNN backward with the final lse (block.lse) and final output (block.out, required
+  /// here), gradients in the input dtype in workspaces, added into block.dq and the segment's dk,
+  /// dv. block.delta is not read there (cuDNN recomputes it from out).
   void backward(const BackwardBlock& block) override;
 
   void merge(const TensorView& partial_out, const TensorView& partial_lse, TensorView running_out,

@@ -26,12 +26,12 @@
 #include <cutlass/pipeline/pipeline.hpp>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 
 #include "core/cuda/cuda_check.hpp"
 #include "kernels/cuda/merge_weights.cuh"
 #include "kernels/hopper/forward_problem.hpp"
+#include "kernels/hopper/hopper_support.hpp"
 #include "kernels/hopper/key_tile_plan.hpp"
 #include "kernels/hopper/online_softmax.cuh"
 #include "kernels/hopper/query_tile_schedule.hpp"
@@ -628,19 +628,9 @@ void launch_forward_tiles(const ForwardProblem& problem, int multiprocessors, cu
                                                            multiprocessors, kv_bytes_per_head, int64_t{24} << 20);
   schedule.last_tiles_first = last_query_tiles_first(problem, schedule.query_tiles, Traits::kBlockM, Traits::kBlockN);
 
-  const auto kernel = forward_kernel<Traits>;
-  // More than 48 KB of shared memory needs the kernel's limit raised, once per device (a
-  // process may drive several).
-  static std::atomic<uint64_t> devices_with_limit_raised{0};
-  int device = 0;
-  SPATTN_CUDA_CHECK(cudaGetDevice(&device));
-  const uint64_t device_bit = device < 64 ? uint64_t{1} << device : 0;  // devices past 64: every launch
-  if (!(devices_with_limit_raised.load(std::memory_order_relaxed) & device_bit)) {
-    SPATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSharedBytes));
-    devices_with_limit_raised.fetch_or(device_bit, std::memory_order_relaxed);
-  }
+  allow_shared_memory<forward_kernel<Traits>>(Traits::kSharedBytes);
   const int grid = schedule.grid(multiprocessors);
-  kernel<<<grid, Traits::kThreads, Traits::kSharedBytes, stream>>>(params);
+  forward_kernel<Traits><<<grid, Traits::kThreads, Traits::kSharedBytes, stream>>>(params);
   SPATTN_CUDA_CHECK_LAUNCH("the own Hopper attention forward");
 }
 

@@ -1,15 +1,12 @@
 #include "kernels/hopper/hopper_forward.hpp"
 
-#include <cmath>
 #include <cstdint>
-#include <limits>
-#include <map>
-#include <mutex>
 #include <sstream>
 
 #include "core/cuda/cuda_check.hpp"
 #include "core/cuda/current_device_guard.hpp"
 #include "kernels/hopper/forward_problem.hpp"
+#include "kernels/hopper/hopper_support.hpp"
 #include "spattn/error.hpp"
 
 namespace spattn::cuda {
@@ -18,6 +15,10 @@ namespace {
 using hopper::ForwardProblem;
 using hopper::ForwardSegment;
 using hopper::kMaxSegmentsPerLaunch;
+using hopper::copy_strides;
+using hopper::tma_readable;
+
+constexpr const char* kOwnForward = "the own forward";
 
 using Launcher = void (*)(const ForwardProblem&, int, cudaStream_t);
 
@@ -35,82 +36,16 @@ Launcher launcher_for(int64_t head_dim, DType dtype) {
   return nullptr;
 }
 
-std::string built_head_dims() {
-  std::string dims;
-  for (int64_t head_dim : {64, 128})
-    if (launcher_for(head_dim, DType::bf16) != nullptr) dims += (dims.empty() ? "" : ", ") + std::to_string(head_dim);
-  return dims;
-}
-
-/// What the kernels need to know of a GPU, asked once per device.
-struct GpuFacts {
-  std::string name;
-  int major = 0;
-  int minor = 0;
-  int multiprocessors = 0;
-};
-
-const GpuFacts& gpu_facts(int device_index) {
-  static std::mutex mutex;
-  static std::map<int, GpuFacts> known;
-  std::lock_guard<std::mutex> lock(mutex);
-  const auto found = known.find(device_index);
-  if (found != known.end()) return found->second;
-  cudaDeviceProp properties{};
-  SPATTN_CUDA_CHECK(cudaGetDeviceProperties(&properties, device_index));
-  return known[device_index] = {properties.name, properties.major, properties.minor, properties.multiProcessorCount};
-}
-
-/// "" when `tensor` (B, tokens, heads, D) of 16-bit elements can be read by the tensor memory
-/// accelerator: head_dim contiguous, 16-byte aligned base and strides, sizes within int32.
-std::string tma_readable(const TensorView& tensor, const char* name) {
-  std::ostringstream why;
-  const auto address = reinterpret_cast<std::uintptr_t>(tensor.data);
-  if (tensor.ndim != 4) {
-    why << name << " " << tensor.describe() << " must have 4 dimensions (B, S, H, D)";
-  } else if (tensor.stride(3) != 1) {
-    why << name << " " << tensor.describe() << " has head_dim stride " << tensor.stride(3) << "; the own forward needs 1";
-  } else if (address % 16 != 0) {
-    why << name << " starts at an address that is not 16-byte aligned (" << address % 16 << " bytes past)";
-  } else {
-    for (int dim = 0; dim < 3; ++dim) {
-      if ((tensor.stride(dim) * 2) % 16 != 0 || tensor.stride(dim) < 0) {
-        why << name << " " << tensor.describe() << " has stride " << tensor.stride(dim) << " in dimension " << dim
-            << "; the own forward needs non-negative strides of whole 16-byte units (multiples of 8 elements)";
-        break;
-      }
-      if (tensor.size(dim) > std::numeric_limits<int32_t>::max()) {
-        why << name << " " << tensor.describe() << " has " << tensor.size(dim) << " in dimension " << dim
-            << "; the own forward takes at most 2^31 - 1";
-        break;
-      }
-    }
-  }
-  return why.str();
-}
+bool built(int64_t head_dim) { return launcher_for(head_dim, DType::bf16) != nullptr; }
 
 std::string block_unsupported(const ForwardBlock& block) {
   const TensorView& q = block.q;
   std::string reason = hopper_forward_unsupported(q.device, q.dtype, q.ndim == 4 ? q.size(3) : 0);
   if (!reason.empty()) return reason;
-  if (!(reason = tma_readable(q, "q")).empty()) return reason;
+  if (!(reason = tma_readable(kOwnForward, q, "q")).empty()) return reason;
   std::ostringstream why;
-  for (const KvSegment& segment : block.segments) {
-    for (const TensorView* tensor : {&segment.k, &segment.v}) {
-      const char* name = tensor == &segment.k ? "k" : "v";
-      if (!(reason = tma_readable(*tensor, name)).empty()) return reason;
-      if (tensor->dtype != q.dtype || tensor->device != q.device) {
-        why << name << " " << tensor->describe() << " must have q's dtype and device (" << q.describe() << ")";
-        return why.str();
-      }
-      if (tensor->size(0) != q.size(0) || tensor->size(3) != q.size(3) || tensor->size(2) <= 0 ||
-          q.size(2) % tensor->size(2) != 0 || tensor->size(1) != segment.k.size(1) || tensor->size(2) != segment.k.size(2)) {
-        why << name << " " << tensor->describe() << " does not fit q " << q.describe()
-            << ": (B, Sk, HK, D) with q's B and D, HK dividing q's heads, k and v alike";
-        return why.str();
-      }
-    }
-  }
+  for (const KvSegment& segment : block.segments)
+    if (!(reason = hopper::key_values_unsupported(kOwnForward, segment, q)).empty()) return reason;
   const auto address = [](const TensorView& tensor) { return reinterpret_cast<std::uintptr_t>(tensor.data); };
   const TensorView& out = block.out;
   if (out.dtype != DType::f32 || out.ndim != 4 || out.stride(3) != 1 || address(out) % 8 != 0 || out.stride(0) % 2 != 0 ||
@@ -148,36 +83,14 @@ std::string block_unsupported(const ForwardBlock& block) {
     why << "q " << q.describe() << " makes " << query_tiles << " query tiles; the own forward takes at most 2^30";
     return why.str();
   }
-  if (!(std::isfinite(block.scale) && block.scale > 0)) {
-    why << "softmax scale " << block.scale << " must be finite and > 0";
-    return why.str();
-  }
-  return "";
-}
-
-void copy_strides(const TensorView& tensor, int64_t (&strides)[3]) {
-  for (int dim = 0; dim < 3; ++dim) strides[dim] = tensor.stride(dim);
+  return hopper::scale_unsupported(block.scale);
 }
 
 }  // namespace
 
 std::string hopper_forward_unsupported(const Device& device, DType dtype, int64_t head_dim) {
-  std::ostringstream why;
-  if (device.kind != DeviceKind::cuda) {
-    why << "the own forward runs on CUDA GPUs, not on " << device_name(device);
-  } else if (dtype != DType::bf16 && dtype != DType::f16) {
-    why << "the own forward takes bf16 or fp16 inputs, not " << dtype_name(dtype);
-  } else if (launcher_for(head_dim, dtype) == nullptr) {
-    const std::string built = built_head_dims();
-    why << "head dim " << head_dim << " has no own forward in this build (built: "
-        << (built.empty() ? "none; CMake SPATTN_HOPPER_HEAD_DIMS and the CUTLASS headers" : built) << ")";
-  } else {
-    const GpuFacts& gpu = gpu_facts(device.index);
-    if (gpu.major != 9 || gpu.minor != 0)
-      why << "the own forward runs on sm_90 GPUs (H100, H200); " << device_name(device) << " is " << gpu.name
-          << ", compute capability " << gpu.major << "." << gpu.minor;
-  }
-  return why.str();
+  return hopper::device_unsupported(kOwnForward, device, dtype, head_dim, launcher_for(head_dim, dtype) != nullptr,
+                                    hopper::built_head_dims(built));
 }
 
 std::string hopper_forward_unsupported(const ForwardBlock& block) { return block_unsupported(block); }
@@ -210,7 +123,7 @@ void hopper_forward(const ForwardBlock& block, cudaStream_t stream, const hopper
   if (q.numel() == 0) return;
   const Launcher launch = launcher_for(q.size(3), q.dtype);
   CurrentDeviceGuard guard(q.device.index);
-  const int multiprocessors = gpu_facts(q.device.index).multiprocessors;
+  const int multiprocessors = hopper::gpu_facts(q.device.index).multiprocessors;
 
   ForwardProblem problem;
   problem.q = q.data;
@@ -263,9 +176,9 @@ void hopper_forward(const ForwardBlock& block, cudaStream_t stream, const hopper
 }
 
 std::string hopper_forward_description() {
-  const std::string built = built_head_dims();
-  if (built.empty()) return "not built (CMake SPATTN_HOPPER_HEAD_DIMS empty or no CUTLASS headers)";
-  return "sm_90 (H100, H200); bf16, fp16; head dims " + built +
+  const std::string head_dims = hopper::built_head_dims(built);
+  if (head_dims.empty()) return "not built (CMake SPATTN_HOPPER_HEAD_DIMS empty or no CUTLASS headers)";
+  return "sm_90 (H100, H200); bf16, fp16; head dims " + head_dims +
          "; masks none, causal, sliding window; GQA; any number of key segments per block; fp32 out and lse, "
          "merged into the running result in the kernel";
 }

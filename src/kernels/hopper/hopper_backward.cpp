@@ -1,0 +1,165 @@
+#include "kernels/hopper/hopper_backward.hpp"
+
+#include <cstdint>
+#include <sstream>
+
+#include "core/cuda/current_device_guard.hpp"
+#include "kernels/hopper/backward_problem.hpp"
+#include "kernels/hopper/hopper_support.hpp"
+#include "spattn/error.hpp"
+
+namespace spattn::cuda {
+namespace {
+
+using hopper::BackwardProblem;
+using hopper::BackwardSegment;
+using hopper::kMaxSegmentsPerLaunch;
+using hopper::copy_strides;
+using hopper::tma_readable;
+
+constexpr const char* kOwnBackward = "the own backward";
+
+using Launcher = void (*)(const BackwardProblem&, cudaStream_t);
+
+/// The instantiation of (head_dim, dtype) in this build, or nullptr (CMake's SPATTN_HOPPER_HEAD_DIMS).
+Launcher launcher_for(int64_t head_dim, DType dtype) {
+  const bool bf16 = dtype == DType::bf16;
+#ifdef SPATTN_HOPPER_HEAD_DIM_64
+  if (head_dim == 64) return bf16 ? &hopper::launch_backward<64, DType::bf16> : &hopper::launch_backward<64, DType::f16>;
+#endif
+#ifdef SPATTN_HOPPER_HEAD_DIM_128
+  if (head_dim == 128)
+    return bf16 ? &hopper::launch_backward<128, DType::bf16> : &hopper::launch_backward<128, DType::f16>;
+#endif
+  (void)bf16;
+  (void)head_dim;
+  return nullptr;
+}
+
+bool built(int64_t head_dim) { return launcher_for(head_dim, DType::bf16) != nullptr; }
+
+/// "" when `tensor` has `like`'s shape (with `heads` heads), is fp32 with head_dim contiguous and
+/// non-negative strides (the kernel adds single floats into it); otherwise why not.
+std::string fp32_accumulator(const TensorView& tensor, const char* name, const TensorView& like) {
+  std::ostringstream why;
+  bool same_shape = tensor.ndim == 4;
+  for (int dim = 0; same_shape && dim < 4; ++dim) same_shape = tensor.size(dim) == like.size(dim);
+  bool strides_fit = same_shape && tensor.stride(3) == 1;
+  for (int dim = 0; strides_fit && dim < 3; ++dim) strides_fit = tensor.stride(dim) >= 0;
+  if (tensor.dtype != DType::f32 || !same_shape || !strides_fit || tensor.device != like.device)
+    why << name << " " << tensor.describe() << " must be fp32 of shape " << like.describe()
+        << " on its device, head_dim contiguous, non-negative strides (" << kOwnBackward << " adds into it)";
+  return why.str();
+}
+
+/// "" when `terms` (lse or delta) is fp32 (B, H, Sq) for `q`; otherwise why not.
+std::string row_terms(const TensorView& terms, const char* name, const TensorView& q) {
+  std::ostringstream why;
+  if (terms.dtype != DType::f32 || terms.ndim != 3 || terms.size(0) != q.size(0) || terms.size(1) != q.size(2) ||
+      terms.size(2) != q.size(1) || terms.device != q.device)
+    why << name << " " << terms.describe() << " must be fp32 (B, H, Sq) on q's device for q " << q.describe();
+  return why.str();
+}
+
+std::string block_unsupported(const BackwardBlock& block) {
+  const TensorView& q = block.q;
+  std::string reason = hopper_backward_unsupported(q.device, q.dtype, q.ndim == 4 ? q.size(3) : 0);
+  if (!reason.empty()) return reason;
+  if (!(reason = tma_readable(kOwnBackward, q, "q")).empty()) return reason;
+  if (!(reason = tma_readable(kOwnBackward, block.dout, "dout")).empty()) return reason;
+  std::ostringstream why;
+  if (block.dout.dtype != q.dtype || block.dout.device != q.device || block.dout.size(0) != q.size(0) ||
+      block.dout.size(1) != q.size(1) || block.dout.size(2) != q.size(2) || block.dout.size(3) != q.size(3)) {
+    why << "dout " << block.dout.describe() << " must have q's shape, dtype and device (" << q.describe() << ")";
+    return why.str();
+  }
+  if (!(reason = row_terms(block.lse, "lse", q)).empty()) return reason;
+  if (!(reason = row_terms(block.delta, "delta", q)).empty()) return reason;
+  if (!(reason = fp32_accumulator(block.dq, "dq", q)).empty()) return reason;
+  for (const KvGradSegment& segment : block.segments) {
+    const KvSegment& kv = segment.kv;
+    if (!(reason = hopper::key_values_unsupported(kOwnBackward, kv, q)).empty()) return reason;
+    if (!(reason = fp32_accumulator(segment.dk, "dk", kv.k)).empty()) return reason;
+    if (!(reason = fp32_accumulator(segment.dv, "dv", kv.k)).empty()) return reason;
+  }
+  return hopper::scale_unsupported(block.scale);
+}
+
+}  // namespace
+
+std::string hopper_backward_unsupported(const Device& device, DType dtype, int64_t head_dim) {
+  return hopper::device_unsupported(kOwnBackward, device, dtype, head_dim, launcher_for(head_dim, dtype) != nullptr,
+                                    hopper::built_head_dims(built));
+}
+
+std::string hopper_backward_unsupported(const BackwardBlock& block) { return block_unsupported(block); }
+
+void hopper_backward(const BackwardBlock& block, cudaStream_t stream) {
+  const std::string reason = block_unsupported(block);
+  SPATTN_CHECK(reason.empty(), "the own Hopper backward cannot run this block: " << reason);
+  const TensorView& q = block.q;
+  if (q.numel() == 0) return;
+  const Launcher launch = launcher_for(q.size(3), q.dtype);
+  CurrentDeviceGuard guard(q.device.index);
+
+  BackwardProblem problem;
+  problem.q = q.data;
+  problem.dout = block.dout.data;
+  copy_strides(q, problem.q_strides);
+  copy_strides(block.dout, problem.dout_strides);
+  problem.lse = static_cast<const float*>(block.lse.data);
+  problem.delta = static_cast<const float*>(block.delta.data);
+  copy_strides(block.lse, problem.lse_strides);
+  copy_strides(block.delta, problem.delta_strides);
+  problem.dq = static_cast<float*>(block.dq.data);
+  copy_strides(block.dq, problem.dq_strides);
+  problem.batch = static_cast<int32_t>(q.size(0));
+  problem.rows = static_cast<int32_t>(q.size(1));
+  problem.heads = static_cast<int32_t>(q.size(2));
+  problem.q_position = block.q_position;
+  problem.mask_left = block.mask.left;
+  problem.mask_right = block.mask.right;
+  problem.scale = block.scale;
+
+  // Segments in launches of up to kMaxSegmentsPerLaunch, each adding into the gradients; segments
+  // without keys take no place.
+  const auto launch_segments = [&] {
+    if (problem.num_segments > 0) launch(problem, stream);
+    problem.num_segments = 0;
+    problem.key_tiles = 0;
+  };
+  for (const KvGradSegment& segment : block.segments) {
+    const KvSegment& kv = segment.kv;
+    if (kv.k.size(1) == 0) continue;
+    BackwardSegment& keys = problem.segments[problem.num_segments++];
+    keys.k = kv.k.data;
+    keys.v = kv.v.data;
+    keys.dk = static_cast<float*>(segment.dk.data);
+    keys.dv = static_cast<float*>(segment.dv.data);
+    copy_strides(kv.k, keys.k_strides);
+    copy_strides(kv.v, keys.v_strides);
+    copy_strides(segment.dk, keys.dk_strides);
+    copy_strides(segment.dv, keys.dv_strides);
+    keys.keys = static_cast<int32_t>(kv.k.size(1));
+    keys.position = kv.position;
+    keys.first_tile = problem.key_tiles;
+    const int64_t key_tiles = problem.key_tiles + (kv.k.size(1) + hopper::kBackwardKeyTile - 1) / hopper::kBackwardKeyTile;
+    SPATTN_CHECK(key_tiles <= (int64_t{1} << 31) - 1,
+                 "the own Hopper backward takes at most 2^31 - 1 key tiles of " << hopper::kBackwardKeyTile
+                                                                                 << " keys per launch");
+    problem.key_tiles = static_cast<int32_t>(key_tiles);
+    problem.kv_heads = static_cast<int32_t>(kv.k.size(2));
+    if (problem.num_segments == kMaxSegmentsPerLaunch) launch_segments();
+  }
+  launch_segments();
+}
+
+std::string hopper_backward_description() {
+  const std::string head_dims = hopper::built_head_dims(built);
+  if (head_dims.empty()) return "not built (CMake SPATTN_HOPPER_HEAD_DIMS empty or no CUTLASS headers)";
+  return "sm_90 (H100, H200); bf16, fp16; head dims " + head_dims +
+         "; masks none, causal, sliding window; GQA; any number of key segments per block; reads delta, not out; "
+         "dq, dk, dv added in fp32 in the kernel";
+}
+
+}  // namespace spattn::cuda
