@@ -16,13 +16,13 @@
 // Only the (query tile, key tile) pairs that cross a mask edge or the end of a segment are masked
 // element-wise; rows that see no key (lse -inf) and rows past the query count contribute nothing.
 
-#include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 #include <cutlass/cutlass.h>
 #include <cutlass/numeric_conversion.h>
 #include <cutlass/numeric_types.h>
 
 #include <cstdint>
+#include <cute/tensor.hpp>
 
 #include "core/cuda/cuda_check.hpp"
 #include "kernels/hopper/backward_problem.hpp"
@@ -56,9 +56,11 @@ struct BackwardTraits {
   // dQ = dS K, one warpgroup's part: (M = queries, N = 64 of head_dim, K = keys).
   using TileQueryGrad = Shape<Int<kBlockM>, _64, Int<kBlockN>>;
   using WarpgroupsAlongM = Layout<Shape<Int<kWarpgroups>, _1, _1>>;
-  using MmaScores = decltype(make_tiled_mma(GMMA::ss_op_selector<Element, Element, float, TileScores>(), WarpgroupsAlongM{}));
+  using MmaScores =
+      decltype(make_tiled_mma(GMMA::ss_op_selector<Element, Element, float, TileScores>(), WarpgroupsAlongM{}));
   using MmaKeyGrads = decltype(make_tiled_mma(
-      GMMA::rs_op_selector<Element, Element, float, TileKeyGrads, GMMA::Major::K, GMMA::Major::MN>(), WarpgroupsAlongM{}));
+      GMMA::rs_op_selector<Element, Element, float, TileKeyGrads, GMMA::Major::K, GMMA::Major::MN>(),
+      WarpgroupsAlongM{}));
   using MmaQueryGrad = decltype(make_tiled_mma(
       GMMA::ss_op_selector<Element, Element, float, TileQueryGrad, GMMA::Major::K, GMMA::Major::MN>(),
       Layout<Shape<_1, Int<kQueryGradWarpgroups>, _1>>{}));
@@ -66,23 +68,26 @@ struct BackwardTraits {
   // K and V as loaded: rows of head_dim contiguous, 128-byte swizzled (K-major for S^T and dP^T).
   using SmemKeys = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Element>{}, Shape<Int<kBlockN>, Int<kHeadDim>>{}));
   // The same bytes of K read as (head_dim, keys): the MN-major B operand of dQ = dS K.
-  using SmemKeysTransposed = decltype(composition(
-      SmemKeys{}, make_layout(Shape<Int<kHeadDim>, Int<kBlockN>>{}, Stride<Int<kBlockN>, _1>{})));
+  using SmemKeysTransposed =
+      decltype(composition(SmemKeys{}, make_layout(Shape<Int<kHeadDim>, Int<kBlockN>>{}, Stride<Int<kBlockN>, _1>{})));
   // Q and dO as loaded, per stage, and read as (head_dim, rows) for dK += dS^T Q and dV += P^T dO.
-  using SmemRows = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Element>{},
-                                          Shape<Int<kBlockM>, Int<kHeadDim>, Int<kStages>>{}));
-  using SmemRowsTransposed = decltype(composition(
-      SmemRows{}, make_layout(Shape<Int<kHeadDim>, Int<kBlockM>, Int<kStages>>{},
-                              Stride<Int<kBlockM>, _1, Int<kBlockM * kHeadDim>>{})));
+  using SmemRows =
+      decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Element>{}, Shape<Int<kBlockM>, Int<kHeadDim>, Int<kStages>>{}));
+  using SmemRowsTransposed =
+      decltype(composition(SmemRows{}, make_layout(Shape<Int<kHeadDim>, Int<kBlockM>, Int<kStages>>{},
+                                                   Stride<Int<kBlockM>, _1, Int<kBlockM * kHeadDim>>{})));
   // dS as (rows, keys), keys contiguous: the K-major A operand of dQ = dS K.
-  using SmemScoreGrads = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Element>{}, Shape<Int<kBlockM>, Int<kBlockN>>{}));
+  using SmemScoreGrads =
+      decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Element>{}, Shape<Int<kBlockM>, Int<kBlockN>>{}));
 
   using GmemShape = Shape<int32_t, int32_t, int32_t, int32_t>;  // (tokens, D, heads, B)
   using GmemStrides = Stride<int64_t, _1, int64_t, int64_t>;    // head_dim contiguous
-  using GmemTensor = decltype(make_tensor(make_gmem_ptr(static_cast<Element const*>(nullptr)), GmemShape{}, GmemStrides{}));
+  using GmemTensor =
+      decltype(make_tensor(make_gmem_ptr(static_cast<Element const*>(nullptr)), GmemShape{}, GmemStrides{}));
   using TmaRows = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(SmemRows{}),
                                          Shape<Int<kBlockM>, Int<kHeadDim>>{}, _1{}));
-  using TmaKeys = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, SmemKeys{}, Shape<Int<kBlockN>, Int<kHeadDim>>{}, _1{}));
+  using TmaKeys =
+      decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, SmemKeys{}, Shape<Int<kBlockN>, Int<kHeadDim>>{}, _1{}));
 
   static constexpr uint32_t kRowTileBytes = kBlockM * kHeadDim * sizeof(Element);
   static constexpr uint32_t kKeyTileBytes = kBlockN * kHeadDim * sizeof(Element);
@@ -119,12 +124,13 @@ struct QueryStep {
 };
 
 template <class Traits>
-__global__ void __launch_bounds__(Traits::kThreads, 1) backward_kernel(const __grid_constant__ BackwardParams<Traits> params) {
+__global__ void __launch_bounds__(Traits::kThreads, 1)
+    backward_kernel(const __grid_constant__ BackwardParams<Traits> params) {
   using Element = typename Traits::Element;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
   extern __shared__ char shared_bytes[];
-  auto& shared = *reinterpret_cast<typename Traits::SharedStorage*>(
-      (reinterpret_cast<uintptr_t>(shared_bytes) + 1023) & ~uintptr_t{1023});
+  auto& shared = *reinterpret_cast<typename Traits::SharedStorage*>((reinterpret_cast<uintptr_t>(shared_bytes) + 1023) &
+                                                                    ~uintptr_t{1023});
   const BackwardProblem& problem = params.problem;
   const int thread = threadIdx.x;
   const int warpgroup = thread / 128;
@@ -150,7 +156,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) backward_kernel(const __g
   const int first_m_block = static_cast<int>((lowest_row - problem.q_position) / kBlockM);
   const int m_blocks = static_cast<int>((highest_row - problem.q_position) / kBlockM) + 1 - first_m_block;
   const int steps = group * m_blocks;
-  const auto step_at = [&](int step) { return QueryStep{kv_head * group + step / m_blocks, first_m_block + step % m_blocks}; };
+  const auto step_at = [&](int step) {
+    return QueryStep{kv_head * group + step / m_blocks, first_m_block + step % m_blocks};
+  };
 
   Tensor sK = make_tensor(make_smem_ptr(shared.k), typename Traits::SmemKeys{});
   Tensor sV = make_tensor(make_smem_ptr(shared.v), typename Traits::SmemKeys{});
@@ -167,7 +175,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) backward_kernel(const __g
   // One thread issues the loads; each stage's barrier completes when its bytes have arrived.
   const auto load_keys = [&] {
     const auto load = [&](const typename Traits::TmaKeys& tma, auto& destination) {
-      Tensor m = tma.get_tma_tensor(make_shape(segment.keys, kHeadDim, problem.kv_heads, problem.batch))(_, _, kv_head, batch);
+      Tensor m =
+          tma.get_tma_tensor(make_shape(segment.keys, kHeadDim, problem.kv_heads, problem.batch))(_, _, kv_head, batch);
       Tensor g = local_tile(m, Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));  // (N, D, tiles)
       auto cta = tma.get_slice(_0{});
       copy(tma.with(barrier_word(shared.keys_full), 0), group_modes<0, 3>(cta.partition_S(g))(_, key_tile),
@@ -180,7 +189,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) backward_kernel(const __g
   const auto load_rows = [&](int step, int stage) {
     const QueryStep at = step_at(step);
     const auto load = [&](const typename Traits::TmaRows& tma, auto& destination) {
-      Tensor m = tma.get_tma_tensor(make_shape(problem.rows, kHeadDim, problem.heads, problem.batch))(_, _, at.head, batch);
+      Tensor m =
+          tma.get_tma_tensor(make_shape(problem.rows, kHeadDim, problem.heads, problem.batch))(_, _, at.head, batch);
       Tensor g = local_tile(m, Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(_, _0{}));  // (M, D, tiles)
       auto cta = tma.get_slice(_0{});
       copy(tma.with(barrier_word(shared.rows_full[stage]), 0), group_modes<0, 3>(cta.partition_S(g))(_, at.m_block),
@@ -197,8 +207,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) backward_kernel(const __g
     const int64_t row = int64_t{at.m_block} * kBlockM + thread;
     float lse_log2 = INFINITY, delta = 0.0f;  // P = exp2(s - inf) = 0: the row adds nothing
     if (row < problem.rows) {
-      const float lse = problem.lse[batch * problem.lse_strides[0] + at.head * problem.lse_strides[1] +
-                                    row * problem.lse_strides[2]];
+      const float lse =
+          problem.lse[batch * problem.lse_strides[0] + at.head * problem.lse_strides[1] + row * problem.lse_strides[2]];
       if (lse != -INFINITY) {
         lse_log2 = lse * static_cast<float>(M_LOG2E);
         delta = problem.delta[batch * problem.delta_strides[0] + at.head * problem.delta_strides[1] +
@@ -230,9 +240,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) backward_kernel(const __g
   auto thread_key_grads = mma_key_grads.get_thread_slice(thread);
   // Threads past the dQ product's warpgroups (D = 64: the second) take no part in it.
   auto thread_query_grad = mma_query_grad.get_thread_slice(thread % (128 * Traits::kQueryGradWarpgroups));
-  Tensor tSrK = thread_scores.partition_fragment_A(sK);      // descriptors (MMA, MMA_M, MMA_K)
+  Tensor tSrK = thread_scores.partition_fragment_A(sK);  // descriptors (MMA, MMA_M, MMA_K)
   Tensor tSrV = thread_scores.partition_fragment_A(sV);
-  Tensor tSrQ = thread_scores.partition_fragment_B(sQ);      // (MMA, MMA_N, MMA_K, stages)
+  Tensor tSrQ = thread_scores.partition_fragment_B(sQ);  // (MMA, MMA_N, MMA_K, stages)
   Tensor tSrdO = thread_scores.partition_fragment_B(sdO);
   Tensor tKrQt = thread_key_grads.partition_fragment_B(sQt);  // (MMA, MMA_N, MMA_K, stages)
   Tensor tKrdOt = thread_key_grads.partition_fragment_B(sdOt);
@@ -268,7 +278,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) backward_kernel(const __g
     const bool masked = key_tile_needs_mask(rows, keys, key_tile, problem.mask_left, problem.mask_right, kBlockN);
     const TileMask mask = tile_mask(first_row, keys, key_tile, problem.mask_left, problem.mask_right, kBlockN);
 
-    Tensor scores = partition_fragment_C(mma_scores, Shape<Int<kBlockN>, Int<kBlockM>>{});  // S^T, then P^T
+    Tensor scores = partition_fragment_C(mma_scores, Shape<Int<kBlockN>, Int<kBlockM>>{});       // S^T, then P^T
     Tensor score_grads = partition_fragment_C(mma_scores, Shape<Int<kBlockN>, Int<kBlockM>>{});  // dP^T, then dS^T
     issue_warpgroup_mma<true>(mma_scores, tSrK, tSrQ(_, _, _, stage), scores);
     issue_warpgroup_mma<true>(mma_scores, tSrV, tSrdO(_, _, _, stage), score_grads);
@@ -288,8 +298,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) backward_kernel(const __g
     }
     // P^T and dS^T in 16 bits as the A operands of dV += P^T dO and dK += dS^T Q.
     const auto as_operand_a = [](auto& accumulator) {
-      Tensor operand = make_tensor_like<Element>(
-          make_tensor(accumulator.data(), accumulator_as_operand_a(accumulator.layout())));
+      Tensor operand =
+          make_tensor_like<Element>(make_tensor(accumulator.data(), accumulator_as_operand_a(accumulator.layout())));
       Tensor from = recast<cutlass::Array<float, 2>>(accumulator);
       Tensor to = recast<cutlass::Array<Element, 2>>(operand);
       cutlass::NumericArrayConverter<Element, float, 2> convert;
@@ -329,7 +339,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) backward_kernel(const __g
     const int d = get<1>(key_grad_coordinates(i));
     segment.dk[batch * segment.dk_strides[0] + key * segment.dk_strides[1] + kv_head * segment.dk_strides[2] + d] +=
         problem.scale * dK(i);
-    segment.dv[batch * segment.dv_strides[0] + key * segment.dv_strides[1] + kv_head * segment.dv_strides[2] + d] += dV(i);
+    segment.dv[batch * segment.dv_strides[0] + key * segment.dv_strides[1] + kv_head * segment.dv_strides[2] + d] +=
+        dV(i);
   }
 }
 
@@ -339,11 +350,13 @@ void launch_backward_tiles(const BackwardProblem& problem, cudaStream_t stream) 
   constexpr int kHeadDim = Traits::kHeadDim;
   BackwardParams<Traits> params{};
   params.problem = problem;
-  const auto rows_tensor = [](const void* data, int32_t tokens, int32_t heads, int32_t batch, const int64_t (&strides)[3]) {
-    return make_tensor(make_gmem_ptr(static_cast<Element const*>(data)), make_shape(tokens, int32_t{kHeadDim}, heads, batch),
+  const auto rows_tensor = [](const void* data, int32_t tokens, int32_t heads, int32_t batch,
+                              const int64_t(&strides)[3]) {
+    return make_tensor(make_gmem_ptr(static_cast<Element const*>(data)),
+                       make_shape(tokens, int32_t{kHeadDim}, heads, batch),
                        make_stride(strides[1], _1{}, strides[2], strides[0]));
   };
-  const auto rows_copy = [&](const void* data, const int64_t (&strides)[3]) {
+  const auto rows_copy = [&](const void* data, const int64_t(&strides)[3]) {
     return make_tma_copy(SM90_TMA_LOAD{}, rows_tensor(data, problem.rows, problem.heads, problem.batch, strides),
                          take<0, 2>(typename Traits::SmemRows{}), Shape<Int<Traits::kBlockM>, Int<kHeadDim>>{}, _1{});
   };
@@ -351,7 +364,7 @@ void launch_backward_tiles(const BackwardProblem& problem, cudaStream_t stream) 
   params.tma_dout = rows_copy(problem.dout, problem.dout_strides);
   for (int index = 0; index < problem.num_segments; ++index) {
     const BackwardSegment& segment = problem.segments[index];
-    const auto keys_copy = [&](const void* data, const int64_t (&strides)[3]) {
+    const auto keys_copy = [&](const void* data, const int64_t(&strides)[3]) {
       return make_tma_copy(SM90_TMA_LOAD{}, rows_tensor(data, segment.keys, problem.kv_heads, problem.batch, strides),
                            typename Traits::SmemKeys{}, Shape<Int<Traits::kBlockN>, Int<kHeadDim>>{}, _1{});
     };

@@ -16,16 +16,16 @@ namespace spattn::cuda::hopper {
 constexpr int kBackwardKeyTile = 128;
 
 struct BackwardSegment {
-  const void* k = nullptr;  // (B, keys, HK, D)
-  const void* v = nullptr;  // (B, keys, HK, D)
-  float* dk = nullptr;      // (B, keys, HK, D) fp32, accumulated
-  float* dv = nullptr;      // (B, keys, HK, D) fp32, accumulated
+  const void* k = nullptr;    // (B, keys, HK, D)
+  const void* v = nullptr;    // (B, keys, HK, D)
+  float* dk = nullptr;        // (B, keys, HK, D) fp32, accumulated
+  float* dv = nullptr;        // (B, keys, HK, D) fp32, accumulated
   int64_t k_strides[3] = {};  // batch, token, head
   int64_t v_strides[3] = {};
   int64_t dk_strides[3] = {};
   int64_t dv_strides[3] = {};
   int32_t keys = 0;
-  int64_t position = 0;  // global position of key 0
+  int64_t position = 0;    // global position of key 0
   int32_t first_tile = 0;  // of the launch's key tiles, numbered over its segments in turn
 };
 
@@ -47,7 +47,7 @@ struct BackwardProblem {
   int64_t q_position = 0;  // global position of query row 0
   BackwardSegment segments[kMaxSegmentsPerLaunch];
   int num_segments = 0;
-  int32_t key_tiles = 0;  // over all segments: the grid's first dimension
+  int32_t key_tiles = 0;   // over all segments: the grid's first dimension
   int64_t mask_left = -1;  // AttentionMask: query i sees key j when i - left <= j <= i + right
   int64_t mask_right = -1;
   float scale = 1.0f;

@@ -13,8 +13,8 @@ namespace {
 
 using hopper::BackwardProblem;
 using hopper::BackwardSegment;
-using hopper::kMaxSegmentsPerLaunch;
 using hopper::copy_strides;
+using hopper::kMaxSegmentsPerLaunch;
 using hopper::tma_readable;
 
 constexpr const char* kOwnBackward = "the own backward";
@@ -25,7 +25,8 @@ using Launcher = void (*)(const BackwardProblem&, cudaStream_t);
 Launcher launcher_for(int64_t head_dim, DType dtype) {
   const bool bf16 = dtype == DType::bf16;
 #ifdef SPATTN_HOPPER_HEAD_DIM_64
-  if (head_dim == 64) return bf16 ? &hopper::launch_backward<64, DType::bf16> : &hopper::launch_backward<64, DType::f16>;
+  if (head_dim == 64)
+    return bf16 ? &hopper::launch_backward<64, DType::bf16> : &hopper::launch_backward<64, DType::f16>;
 #endif
 #ifdef SPATTN_HOPPER_HEAD_DIM_128
   if (head_dim == 128)
@@ -143,10 +144,10 @@ void hopper_backward(const BackwardBlock& block, cudaStream_t stream) {
     keys.keys = static_cast<int32_t>(kv.k.size(1));
     keys.position = kv.position;
     keys.first_tile = problem.key_tiles;
-    const int64_t key_tiles = problem.key_tiles + (kv.k.size(1) + hopper::kBackwardKeyTile - 1) / hopper::kBackwardKeyTile;
-    SPATTN_CHECK(key_tiles <= (int64_t{1} << 31) - 1,
-                 "the own Hopper backward takes at most 2^31 - 1 key tiles of " << hopper::kBackwardKeyTile
-                                                                                 << " keys per launch");
+    const int64_t key_tiles =
+        problem.key_tiles + (kv.k.size(1) + hopper::kBackwardKeyTile - 1) / hopper::kBackwardKeyTile;
+    SPATTN_CHECK(key_tiles <= (int64_t{1} << 31) - 1, "the own Hopper backward takes at most 2^31 - 1 key tiles of "
+                                                          << hopper::kBackwardKeyTile << " keys per launch");
     problem.key_tiles = static_cast<int32_t>(key_tiles);
     problem.kv_heads = static_cast<int32_t>(kv.k.size(2));
     if (problem.num_segments == kMaxSegmentsPerLaunch) launch_segments();

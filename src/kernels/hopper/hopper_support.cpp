@@ -7,7 +7,6 @@
 #include <mutex>
 #include <sstream>
 
-
 namespace spattn::cuda::hopper {
 
 const GpuFacts& gpu_facts(int device_index) {
