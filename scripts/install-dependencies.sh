@@ -25,6 +25,9 @@ packages=(build-essential cmake openmpi-bin libopenmpi-dev libopenblas-openmp-de
 ((has_nvcc)) && packages+=(python3)
 # The tests: GoogleTest, and clang with its OpenMP for the fuzz targets (scripts/run-fuzzers.sh).
 [[ $purpose == main-job ]] || packages+=(python3 libgtest-dev libgmock-dev clang libomp-dev)
+# What oneCCL's CPU library needs (the oneccl transport, below): libfabric, its transport over TCP,
+# and hwloc.
+[[ $purpose == main-job ]] || packages+=(libfabric1 libhwloc-dev)
 
 missing=()
 for package in "${packages[@]}"; do
@@ -55,6 +58,34 @@ if ((has_nvcc)); then
   # (cmake/FindCutlass.cmake; scripts/device-run.sh carries the same version).
   python3 -c "import cutlass_library" 2>/dev/null ||
     python3 -m pip install --quiet --no-deps nvidia-cutlass==4.2.0.0
+fi
+
+# oneCCL, the Intel collective library behind the oneccl transport (CPU ranks; the transport an
+# Intel GPU backend would take): its pip wheel carries the headers and a static library for CPUs,
+# unpacked into /opt/oneccl-cpu (cmake/FindOneCCL.cmake). Skipped for the main job, which runs
+# over MPI.
+if [[ $purpose != main-job && ! -f /opt/oneccl-cpu/lib/libccl.a ]]; then
+  wheels="$(mktemp -d)"
+  # Without it (no network to PyPI) spattn builds without the oneccl transport (SPATTN_ONECCL=AUTO).
+  python3 -m pip download --quiet --no-deps oneccl-cpu-devel==2022.2.0 -d "$wheels" ||
+    echo "install-dependencies.sh: oneccl-cpu-devel could not be fetched; building without the oneccl transport" >&2
+  ls "$wheels"/oneccl_cpu_devel-*.whl >/dev/null 2>&1 && python3 - "$wheels" /opt/oneccl-cpu <<'PY'
+import glob, os, shutil, sys, zipfile
+wheels, root = sys.argv[1:]
+data = "oneccl_cpu_devel-2022.2.0.data/data/"
+with zipfile.ZipFile(glob.glob(os.path.join(wheels, "oneccl_cpu_devel-*.whl"))[0]) as wheel:
+    for name in wheel.namelist():
+        if name.startswith(data + "include/"):
+            target = os.path.join(root, name[len(data):])
+        elif name == data + "lib/ccl/cpu/lib/libccl.a":  # the CPU build (lib/libccl.a is the SYCL one)
+            target = os.path.join(root, "lib", "libccl.a")
+        else:
+            continue
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        with wheel.open(name) as source, open(target, "wb") as destination:
+            shutil.copyfileobj(source, destination)
+PY
+  rm -rf "$wheels"
 fi
 
 [[ $purpose == tests ]] || exit 0

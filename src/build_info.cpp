@@ -25,6 +25,9 @@ BuildInfo build_info() {
   info.version = SPATTN_VERSION;
   info.kernel_backends = {"cpu"};
   info.communicators = {"mpi"};
+#ifdef SPATTN_WITH_ONECCL
+  info.communicators.push_back("oneccl");
+#endif
   info.devices = {"cpu"};
   info.block_kernels = {{"cpu", "fp32, fp16, bf16 (computed in fp32), head dim 1 to " + std::to_string(kMaxHeadDim) +
                                     "; forward and backward (OpenMP threads, OpenBLAS tile products)"}};

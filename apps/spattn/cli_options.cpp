@@ -302,8 +302,8 @@ const OptionTable<RunOptions>& run_option_table() {
       {"--device", "KIND", "cpu or cuda (bf16/fp16; a machine's ranks are dealt over its GPUs) (default cpu)",
        [](RunOptions& options, const std::string& value) { parse_device(options, value); }},
       {"--transport", "NAME",
-       "auto, mpi, nccl or staged-mpi (default auto: mpi on cpu; nccl when every rank has a GPU of its own, "
-       "else staged-mpi)",
+       "auto, mpi, oneccl, nccl or staged-mpi (default auto: mpi on cpu, where oneccl is the other choice; on cuda "
+       "nccl when every rank has a GPU of its own, else staged-mpi)",
        [](RunOptions& options, const std::string& value) { parse_transport_option(options, value); }},
       {"--kernel", "NAME",
        "block kernels on cuda: auto (own Hopper kernels where they run the call, else cuDNN), own (an error where "

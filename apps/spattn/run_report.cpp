@@ -90,7 +90,8 @@ std::string format_table(const RunReport& report) {
   std::ostringstream text;
   text << "spattn run: " << o.algorithm << " on " << report.ranks << " rank" << (report.ranks == 1 ? "" : "s");
   if (report.device.kind == DeviceKind::cpu)
-    text << " x " << report.threads_per_rank << " thread" << (report.threads_per_rank == 1 ? "" : "s") << " (cpu)\n";
+    text << " x " << report.threads_per_rank << " thread" << (report.threads_per_rank == 1 ? "" : "s")
+         << " (cpu) over " << report.transport << "\n";
   else
     text << " on " << device_kind_name(report.device.kind) << " over " << report.transport << " ("
          << report.ranks_per_device << " rank" << (report.ranks_per_device == 1 ? "" : "s") << " per GPU), kernel "

@@ -19,11 +19,12 @@ enum class Transport {
   mpi,         ///< MPI on host memory (cpu only)
   nccl,        ///< NCCL, one GPU per rank
   staged_mpi,  ///< MPI through pinned host buffers: several ranks may share a GPU
+  oneccl,      ///< oneCCL on host memory (cpu only; built where oneCCL was found)
 };
 
 /// Every transport, in the order help texts list them.
 const std::vector<Transport>& all_transports();
-/// "auto", "mpi", "nccl" or "staged-mpi".
+/// "auto", "mpi", "nccl", "staged-mpi" or "oneccl".
 std::string transport_name(Transport transport);
 /// Throws Error naming the allowed names.
 Transport parse_transport(const std::string& name);

@@ -16,6 +16,9 @@
 #ifdef SPATTN_WITH_NCCL
 #include "spattn/nccl_communicator.hpp"
 #endif
+#ifdef SPATTN_WITH_ONECCL
+#include "spattn/oneccl_communicator.hpp"
+#endif
 
 namespace spattn {
 
@@ -33,6 +36,14 @@ struct RankMachine {
 std::string show_device_kind(int64_t kind) { return device_kind_name(static_cast<DeviceKind>(kind)); }
 std::string show_transport(int64_t transport) { return transport_name(static_cast<Transport>(transport)); }
 
+bool oneccl_built() {
+#ifdef SPATTN_WITH_ONECCL
+  return true;
+#else
+  return false;
+#endif
+}
+
 bool nccl_built() {
 #ifdef SPATTN_WITH_NCCL
   return true;
@@ -45,7 +56,8 @@ const NameTable<Transport>& transport_names() {
   static const NameTable<Transport> table("transport", {{Transport::automatic, "auto"},
                                                         {Transport::mpi, "mpi"},
                                                         {Transport::nccl, "nccl"},
-                                                        {Transport::staged_mpi, "staged-mpi"}});
+                                                        {Transport::staged_mpi, "staged-mpi"},
+                                                        {Transport::oneccl, "oneccl"}});
   return table;
 }
 
@@ -86,9 +98,12 @@ DevicePlacement place_on_devices(Communicator& world, DeviceKind kind, Transport
   std::string error;
   if (kind == DeviceKind::cpu) {
     placement.device = Device::cpu();
-    placement.transport = Transport::mpi;
-    if (transport != Transport::automatic && transport != Transport::mpi)
-      error = "transport " + transport_name(transport) + " moves GPU memory; cpu tensors travel over mpi";
+    placement.transport = transport == Transport::oneccl ? Transport::oneccl : Transport::mpi;
+    if (transport == Transport::oneccl && !oneccl_built())
+      error = "transport oneccl: this build of spattn has no oneCCL (scripts/install-dependencies.sh installs it, CMake "
+              "SPATTN_ONECCL builds it); use mpi";
+    else if (transport != Transport::automatic && transport != Transport::mpi && transport != Transport::oneccl)
+      error = "transport " + transport_name(transport) + " moves GPU memory; cpu tensors travel over mpi or oneccl";
   } else {
     placement.device = Device{kind, mine.devices > 0 ? local_rank % mine.devices : 0};
     placement.ranks_per_device = ranks_per_device;
@@ -98,8 +113,9 @@ DevicePlacement place_on_devices(Communicator& world, DeviceKind kind, Transport
     if (mine.devices == 0) {
       error = "rank " + std::to_string(world.rank()) + " on " + mine.host.data() +
               " sees no CUDA device (or this build of spattn has no CUDA backend)";
-    } else if (placement.transport == Transport::mpi) {
-      error = "transport mpi moves host memory; GPU tensors travel over nccl or staged-mpi";
+    } else if (placement.transport == Transport::mpi || placement.transport == Transport::oneccl) {
+      error = "transport " + transport_name(placement.transport) +
+              " moves host memory; GPU tensors travel over nccl or staged-mpi";
     } else if (placement.transport == Transport::nccl && !nccl_built()) {
       error = "transport nccl: this build of spattn has no NCCL; use staged-mpi";
     } else if (placement.transport == Transport::nccl && ranks_per_device > 1) {
@@ -117,6 +133,9 @@ DevicePlacement place_on_devices(Communicator& world, DeviceKind kind, Transport
 std::unique_ptr<Communicator> make_device_communicator(Communicator& world, const DevicePlacement& placement) {
   switch (placement.transport) {
     case Transport::mpi: return world.split(0, world.rank());
+#ifdef SPATTN_WITH_ONECCL
+    case Transport::oneccl: return std::make_unique<OnecclCommunicator>(world);
+#endif
 #ifdef SPATTN_WITH_CUDA
     case Transport::staged_mpi:
       return std::make_unique<StagedMpiCommunicator>(world.split(0, world.rank()), placement.device.index);

@@ -14,6 +14,7 @@ import time
 import unittest
 
 SPATTN = None
+ONECCL_BUILT = False  # whether `spattn info` lists the oneccl communicator (set with SPATTN below)
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_NUM_THREADS="1")
 
 
@@ -277,6 +278,31 @@ class ExitStatus(unittest.TestCase):
         self.assertIn("--kernel NAME", result.stdout)
 
 
+class OnecclTransport(unittest.TestCase):
+    """`--transport oneccl`: the CPU ranks exchange over oneCCL; every strategy matches the fp64
+    reference, forward and backward, as over MPI."""
+
+    def test_every_strategy_checks_over_oneccl_at_three_ranks(self):
+        if not ONECCL_BUILT:
+            self.skipTest("this spattn has no oneccl transport")
+        for algorithm, heads in (("ring", 4), ("zigzag", 4), ("stripe", 4), ("ulysses", 6), ("hamilton", 4),
+                                 ("allgather", 4), ("usp", 4)):
+            with self.subTest(algorithm=algorithm):
+                result = spattn(3, "run", "--algo", algorithm, "--transport", "oneccl", "--seq", "144", "--heads",
+                                str(heads), "--kv-heads", "2", "--head-dim", "8", "--causal", "--backward", "--check")
+                self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+                self.assertIn("(cpu) over oneccl", result.stdout)
+                self.assertIn("check PASSED", result.stdout)
+
+    def test_oneccl_runs_where_built_and_is_refused_clearly_where_not(self):
+        result = spattn(2, "run", "--transport", "oneccl", "--seq", "96")
+        if ONECCL_BUILT:
+            self.assertEqual(result.returncode, 0, result.stderr)
+        else:
+            self.assertNotEqual(result.returncode, 0)
+            self.assertIn("transport oneccl: this build of spattn has no oneCCL", result.stderr)
+
+
 class FaultyRank(unittest.TestCase):
     """SPATTN_FAULT kills or stalls rank 1 at its first transfer: every other rank prints that it
     timed out (SPATTN_TIMEOUT), waiting for whom, at which step, and the job ends, instead of
@@ -285,9 +311,10 @@ class FaultyRank(unittest.TestCase):
 
     TIMEOUT = 2
 
-    def run_with_fault(self, fault, ranks, algorithm, launcher_options=()):
+    def run_with_fault(self, fault, ranks, algorithm, launcher_options=(), transport="mpi"):
         started = time.monotonic()
-        result = spattn(ranks, "run", "--algo", algorithm, "--seq", "96", "--heads", "4", "--head-dim", "8",
+        result = spattn(ranks, "run", "--algo", algorithm, "--transport", transport, "--seq", "96", "--heads", "4",
+                        "--head-dim", "8",
                         environment={"SPATTN_TIMEOUT": str(self.TIMEOUT), "SPATTN_FAULT": fault + ":1:0"},
                         launcher_options=launcher_options)
         elapsed = time.monotonic() - started
@@ -308,6 +335,13 @@ class FaultyRank(unittest.TestCase):
         for algorithm in ("ring", "allgather"):
             with self.subTest(algorithm=algorithm):
                 self.run_with_fault("stall", 4, algorithm)
+
+    def test_a_rank_stalled_for_ever_over_oneccl_is_reported_and_the_job_ends(self):
+        if not ONECCL_BUILT:
+            self.skipTest("this spattn has no oneccl transport")
+        for algorithm in ("ring", "allgather", "ulysses"):
+            with self.subTest(algorithm=algorithm):
+                self.run_with_fault("stall", 4, algorithm, transport="oneccl")
 
     def test_bad_timeout_and_fault_values_name_the_allowed_form(self):
         result = spattn(2, "run", environment={"SPATTN_TIMEOUT": "soon"})
@@ -410,4 +444,5 @@ class KernelBenchTable(unittest.TestCase):
 
 if __name__ == "__main__":
     SPATTN = sys.argv.pop(1)
+    ONECCL_BUILT = "oneccl" in subprocess.run([SPATTN, "info"], capture_output=True, text=True).stdout
     unittest.main(verbosity=2)

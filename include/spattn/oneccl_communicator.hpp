@@ -1,0 +1,58 @@
+#pragma once
+/// \file oneccl_communicator.hpp
+/// The Communicator over oneCCL (Intel's collective library), for host memory: the transport an
+/// Intel GPU backend will take, tested here on CPUs.
+
+#include <memory>
+
+#include "spattn/communicator.hpp"
+
+namespace spattn {
+
+/// A Communicator over a oneCCL communicator of the ranks of a bootstrap communicator. Rank 0 opens
+/// oneCCL's key-value store and the others learn its address through the bootstrap (an
+/// MpiCommunicator, say), which is used only while this is made. Waits poll oneCCL's events against
+/// a deadline, so a missing peer becomes an Error naming it, not a hang; after that the communicator
+/// (and those split from it) cannot be used again, and its oneCCL objects are left alive so that
+/// no transfer still in flight writes into freed memory. SPATTN_FAULT makes a chosen rank die or
+/// stall for tests, as with MPI.
+class OnecclCommunicator final : public Communicator {
+ public:
+  /// Over the ranks of `bootstrap`, in its order. Collective over `bootstrap`.
+  explicit OnecclCommunicator(Communicator& bootstrap);
+  ~OnecclCommunicator() override;
+  OnecclCommunicator(const OnecclCommunicator&) = delete;
+  OnecclCommunicator& operator=(const OnecclCommunicator&) = delete;
+
+  int rank() const override;
+  int size() const override;
+  Device device() const override { return Device::cpu(); }
+
+  /// How long wait(), barrier() and host_all_gather() wait for peers before they throw Error; set
+  /// from SPATTN_TIMEOUT (seconds, default 600) when it is made; a split communicator takes its
+  /// parent's.
+  double timeout_seconds() const;
+  void set_timeout_seconds(double seconds);
+
+  std::unique_ptr<PendingTransfer> start(const TransferBatch& batch) override;
+  std::unique_ptr<PendingTransfer> start_all_to_all(const void* send, void* receive,
+                                                    std::size_t bytes_per_rank) override;
+  std::unique_ptr<PendingTransfer> start_all_gather(const void* send, void* receive,
+                                                    std::size_t bytes_per_rank) override;
+  std::unique_ptr<PendingTransfer> start_reduce_scatter_sum(const float* send, float* receive,
+                                                            std::size_t floats_per_rank) override;
+  void wait(PendingTransfer& transfer) override;
+  /// A new oneCCL communicator per color (its own key-value store, opened by its lowest rank),
+  /// ranks ordered by key, then by rank. Collective over this communicator.
+  std::unique_ptr<Communicator> split(int color, int key) override;
+  void barrier() override;
+  void host_all_gather(const void* send, void* receive, std::size_t bytes_per_rank) override;
+
+  struct State;  // defined where the communicator is, with oneCCL's types
+
+ private:
+  explicit OnecclCommunicator(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace spattn
