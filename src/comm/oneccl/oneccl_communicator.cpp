@@ -270,11 +270,13 @@ void complete(OnecclPendingTransfer& pending) {
   detail::throw_timeout_error(message);
 }
 
-// A started collective as a pending transfer.
+// A collective, started by `issue` (which returns its event) once the communicator is known usable
+// and SPATTN_FAULT has had its turn, as a pending transfer.
+template <class Issue>
 std::unique_ptr<OnecclPendingTransfer> collective(OnecclCommunicator::State& state, const char* operation,
-                                                  ccl::event event, Plane plane = Plane::data) {
+                                                  Issue&& issue, Plane plane = Plane::data) {
   auto pending = begin_transfer(state, operation, plane);
-  pending->collective.push_back(std::move(event));
+  pending->collective.push_back(checked(operation, issue));
   return pending;
 }
 
@@ -354,27 +356,24 @@ std::unique_ptr<PendingTransfer> OnecclCommunicator::start(const TransferBatch& 
 
 std::unique_ptr<PendingTransfer> OnecclCommunicator::start_all_to_all(const void* send, void* receive,
                                                                       std::size_t bytes_per_rank) {
-  state_->check_usable();
-  return collective(*state_, "ccl::alltoall", checked("alltoall", [&] {
-                      return ccl::alltoall(send, receive, bytes_per_rank, ccl::datatype::int8, *state_->communicator);
-                    }));
+  return collective(*state_, "ccl::alltoall", [&] {
+    return ccl::alltoall(send, receive, bytes_per_rank, ccl::datatype::int8, *state_->communicator);
+  });
 }
 
 std::unique_ptr<PendingTransfer> OnecclCommunicator::start_all_gather(const void* send, void* receive,
                                                                       std::size_t bytes_per_rank) {
-  state_->check_usable();
-  return collective(*state_, "ccl::allgather", checked("allgather", [&] {
-                      return ccl::allgather(send, receive, bytes_per_rank, ccl::datatype::int8, *state_->communicator);
-                    }));
+  return collective(*state_, "ccl::allgather", [&] {
+    return ccl::allgather(send, receive, bytes_per_rank, ccl::datatype::int8, *state_->communicator);
+  });
 }
 
 std::unique_ptr<PendingTransfer> OnecclCommunicator::start_reduce_scatter_sum(const float* send, float* receive,
                                                                               std::size_t floats_per_rank) {
-  state_->check_usable();
-  return collective(*state_, "ccl::reduce_scatter", checked("reduce_scatter", [&] {
-                      return ccl::reduce_scatter(send, receive, floats_per_rank, ccl::datatype::float32,
-                                                 ccl::reduction::sum, *state_->communicator);
-                    }));
+  return collective(*state_, "ccl::reduce_scatter", [&] {
+    return ccl::reduce_scatter(send, receive, floats_per_rank, ccl::datatype::float32, ccl::reduction::sum,
+                               *state_->communicator);
+  });
 }
 
 void OnecclCommunicator::wait(PendingTransfer& transfer) {
@@ -419,19 +418,15 @@ std::unique_ptr<Communicator> OnecclCommunicator::split(int color, int key) {
 }
 
 void OnecclCommunicator::barrier() {
-  state_->check_usable();
-  complete(*collective(*state_, "ccl::barrier", checked("barrier", [&] { return ccl::barrier(*state_->communicator); }),
-                       Plane::control));
+  complete(*collective(*state_, "ccl::barrier", [&] { return ccl::barrier(*state_->communicator); }, Plane::control));
 }
 
 void OnecclCommunicator::host_all_gather(const void* send, void* receive, std::size_t bytes_per_rank) {
-  state_->check_usable();
   // The agreement that starts every call: a rank that never arrives is reported here.
-  complete(*collective(*state_, "the agreement of ranks (ccl::allgather)", checked("allgather", [&] {
-                         return ccl::allgather(send, receive, bytes_per_rank, ccl::datatype::int8,
-                                               *state_->communicator);
-                       }),
-                       Plane::control));
+  complete(*collective(
+      *state_, "the agreement of ranks (ccl::allgather)",
+      [&] { return ccl::allgather(send, receive, bytes_per_rank, ccl::datatype::int8, *state_->communicator); },
+      Plane::control));
 }
 
 }  // namespace spattn
