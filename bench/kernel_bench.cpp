@@ -1,24 +1,42 @@
-// One attention forward on one GPU, by kernel: spattn's own Hopper forward on the whole sequence
-// as one ForwardBlock (`own`: out in the input dtype through final_out, as a call on the whole
-// sequence writes it; `own_fp32_out`: fp32 out, as every block but a chunk's last inside a
-// distributed step writes it) against spattn's cuDNN path on the single piece it cuts the same
-// call into (`cudnn`: CudnnAttention, out in the input dtype). PyTorch's SDPA
-// backends append their rows to the same CSV (bench/kernel_sdpa.py); bench/plot_kernel_results.py
-// draws and tabulates them.
+// Attention on one GPU by kernel and pass: spattn's own Hopper kernels on the whole sequence as one
+// block against spattn's cuDNN path on the single piece it cuts the same call into. PyTorch's
+// SDPA backends append their rows to the same CSV (bench/kernel_sdpa.py);
+// bench/plot_kernel_results.py draws and tabulates them per pass.
 //
-//   spattn_kernel_bench [--seqs 1024,2048,4096,8192,16384,32768] [--head-dims 64,128]
-//       [--causal both|yes|no] [--kernels own,own_fp32_out,cudnn] [--heads 32] [--kv-heads 32]
-//       [--dtype bf16|fp16] [--warmup 3] [--iters 10] [--repeats 5] [--csv PATH]
+//   spattn_kernel_bench [--passes forward,backward,forward+backward] [--seqs 1024,2048,4096,8192,16384,32768]
+//       [--head-dims 64,128] [--causal both|yes|no] [--kernels own,own_fp32_out,cudnn] [--heads 32]
+//       [--kv-heads 32] [--dtype bf16|fp16] [--warmup 3] [--iters 10] [--repeats 5] [--csv PATH]
+//
+// One timed call of each (pass, kernel) holds exactly:
+//   forward   own           hopper_forward of one ForwardBlock, out in the input dtype through
+//                           final_out (as a call on the whole sequence writes it), fp32 lse
+//             own_fp32_out  the same with fp32 out (as every block but a chunk's last inside a
+//                           distributed step writes it); this pass only
+//             cudnn         CudnnAttention::forward: out in the input dtype, fp32 lse
+//   backward  own           what a backward of its own needs from out and lse: a cudaMemsetAsync
+//                           of each of the fp32 dq, dk, dv to 0 (the kernel adds into them), the
+//                           CUDA block kernels' softmax_delta (delta = rowsum(dout * out), fp32),
+//                           hopper_backward of one BackwardBlock. dq, dk, dv stay in fp32: no
+//                           conversion to the input dtype follows
+//             cudnn         CudnnAttention::backward: dq, dk, dv written in the input dtype (cuDNN
+//                           recomputes delta itself)
+//             Both read the same out (input dtype) and lse, which cuDNN's forward made for each
+//             input set before timing.
+//   forward+backward        the kernel's forward (own: `own`'s, out in the input dtype), then its
+//                           backward as above from that forward's out and lse
 //
 // Each case holds 16k x heads query rows or more (batch = max(1, 16384 / S)). Before timing, the
-// own kernel's out and lse are compared with cuDNN's on the same inputs (exit 1 beyond 2e-2 of
-// the largest |out|, or 1e-2 in lse): a benchmark of a wrong kernel is worthless. Time: the median
-// over --repeats of --iters back-to-back calls between two CUDA events, after --warmup calls,
-// alternating between two input sets so that small problems do not run from L2, the kernels
-// taking turns within each repeat. FLOP by the flash-attention convention: 4 B H S^2 D, half of
-// it causal.
+// own kernels are compared with cuDNN on the same inputs, into NaN-poisoned outputs (a benchmark
+// of a wrong kernel is worthless; exit 1 beyond the bounds): where a pass has a forward, out and
+// lse (2e-2 of the largest |out|, 1e-2 in lse); where a pass has a backward, dq, dk and dv (2e-2
+// of each one's largest |value|). Time: the median over --repeats of --iters back-to-back calls
+// between two CUDA events, after --warmup calls, alternating between two input sets so that small
+// problems do not run from L2, every (pass, kernel) taking turns within each repeat. FLOP by the
+// flash-attention convention: a forward 4 B H S^2 D, half of it causal; a backward 2.5 forwards,
+// forward+backward 3.5.
 //
-// CSV columns: kernel,pass,causal,seq,head_dim,heads,kv_heads,dtype,ms,tflops (causal 0 or 1).
+// CSV columns: kernel,pass,causal,seq,head_dim,heads,kv_heads,dtype,ms,tflops (causal 0 or 1;
+// pass forward, backward or forward+backward).
 
 #include <cuda_runtime_api.h>
 
@@ -29,13 +47,17 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <initializer_list>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench_options.hpp"
 #include "bench_tensor.hpp"
+#include "kernels/cuda/cuda_elementwise_kernels.hpp"
 #include "kernels/cuda/cudnn_attention.hpp"
+#include "kernels/hopper/hopper_backward.hpp"
 #include "kernels/hopper/hopper_forward.hpp"
 #include "spattn/device_memory.hpp"
 #include "spattn/error.hpp"
@@ -43,7 +65,30 @@
 namespace spattn {
 namespace {
 
+enum class Pass { forward, backward, forward_backward };
+
+const std::vector<Pass> kAllPasses = {Pass::forward, Pass::backward, Pass::forward_backward};
+
+const char* pass_name(Pass pass) {
+  switch (pass) {
+    case Pass::forward:
+      return "forward";
+    case Pass::backward:
+      return "backward";
+    case Pass::forward_backward:
+      return "forward+backward";
+  }
+  return "";
+}
+
+bool has_forward(Pass pass) { return pass != Pass::backward; }
+bool has_backward(Pass pass) { return pass != Pass::forward; }
+
+/// A pass's FLOP in forwards (flash-attention's convention: a backward does 2.5 forwards' worth).
+double forwards_in(Pass pass) { return (has_forward(pass) ? 1.0 : 0.0) + (has_backward(pass) ? 2.5 : 0.0); }
+
 struct KernelBenchOptions {
+  std::vector<Pass> passes = kAllPasses;
   std::vector<int64_t> seqs = {1024, 2048, 4096, 8192, 16384, 32768};
   std::vector<int64_t> head_dims = {64, 128};
   std::vector<bool> causal = {false, true};
@@ -55,7 +100,21 @@ struct KernelBenchOptions {
   int iterations = 10;
   int repeats = 5;
   std::string csv;
+
+  bool any_pass(bool (*has)(Pass)) const { return std::any_of(passes.begin(), passes.end(), has); }
 };
+
+std::vector<Pass> parse_passes(const std::string& text) {
+  std::vector<Pass> passes;
+  for (const std::string& name : split_list(text)) {
+    const auto pass = std::find_if(kAllPasses.begin(), kAllPasses.end(), [&](Pass p) { return name == pass_name(p); });
+    SPATTN_CHECK(pass != kAllPasses.end(),
+                 "--passes takes forward, backward and forward+backward, got '" << name << "'");
+    passes.push_back(*pass);
+  }
+  SPATTN_CHECK(!passes.empty(), "--passes expects at least one pass");
+  return passes;
+}
 
 KernelBenchOptions parse(int argc, char** argv) {
   KernelBenchOptions options;
@@ -65,7 +124,9 @@ KernelBenchOptions parse(int argc, char** argv) {
       SPATTN_CHECK(i + 1 < argc, "missing value after " << flag);
       return argv[++i];
     };
-    if (flag == "--seqs") {
+    if (flag == "--passes") {
+      options.passes = parse_passes(value());
+    } else if (flag == "--seqs") {
       options.seqs = parse_counts(flag, value());
     } else if (flag == "--head-dims") {
       options.head_dims = parse_counts(flag, value());
@@ -103,10 +164,10 @@ KernelBenchOptions parse(int argc, char** argv) {
   return options;
 }
 
-#define BENCH_CUDA_CHECK(call)                                                                   \
-  do {                                                                                           \
-    const cudaError_t status = (call);                                                           \
-    SPATTN_CHECK(status == cudaSuccess, #call << " failed: " << cudaGetErrorString(status));      \
+#define BENCH_CUDA_CHECK(call)                                                               \
+  do {                                                                                       \
+    const cudaError_t status = (call);                                                       \
+    SPATTN_CHECK(status == cudaSuccess, #call << " failed: " << cudaGetErrorString(status)); \
   } while (false)
 
 /// Median milliseconds per call of each of `calls` (each taking the input set, alternating 0, 1)
@@ -160,8 +221,276 @@ std::vector<double> download(const TensorView& tensor) {
   return values;
 }
 
+/// How far a kernel's tensor lies from cuDNN's of the same shape.
+struct Difference {
+  double error = 0;       // largest |value - reference|
+  double largest = 0;     // largest |reference|
+  int64_t unwritten = 0;  // elements left NaN by the poison on either side
+
+  bool within(double fraction_of_largest) const { return unwritten == 0 && error <= fraction_of_largest * largest; }
+};
+
+Difference difference(const TensorView& values, const TensorView& reference) {
+  const std::vector<double> value = download(values), expected = download(reference);
+  Difference result;
+  for (std::size_t i = 0; i < value.size(); ++i) {
+    result.unwritten += std::isnan(value[i]) || std::isnan(expected[i]);
+    result.largest = std::max(result.largest, std::abs(expected[i]));
+    result.error = std::max(result.error, std::abs(value[i] - expected[i]));
+  }
+  return result;
+}
+
+/// A tensor in device memory of its own.
+class DeviceTensor {
+ public:
+  DeviceTensor(const Device& device, DType dtype, std::initializer_list<int64_t> shape)
+      : view_(TensorView::contiguous(nullptr, dtype, shape, device)),
+        memory_(device, static_cast<std::size_t>(view_.numel()) * dtype_size(dtype)) {
+    view_.data = memory_.data();
+  }
+  const TensorView& view() const { return view_; }
+
+  /// Sets every byte to `byte` on `stream`: 0 zeroes, 0xff makes every fp32, bf16 and fp16 element NaN.
+  void set_bytes(int byte, cudaStream_t stream) const {
+    BENCH_CUDA_CHECK(cudaMemsetAsync(memory_.data(), byte, memory_.bytes(), stream));
+  }
+
+ private:
+  TensorView view_;
+  DeviceMemory memory_;
+};
+
+/// An attention's result, what a backward reads of its forward.
+struct AttentionOutput {
+  DeviceTensor out;  // (B, S, H, D) input dtype
+  DeviceTensor lse;  // (B, H, S) fp32
+};
+
+/// What the kernels read; a case holds two of them, used in turns.
+struct InputSet {
+  BenchTensor q, k, v, dout;  // q, dout (B, S, H, D); k, v (B, S, HK, D)
+  AttentionOutput attention;  // of q, k, v by cuDNN's forward: what the backward pass alone reads
+};
+
+struct Gradients {
+  DeviceTensor dq;      // (B, S, H, D)
+  DeviceTensor dk, dv;  // (B, S, HK, D)
+};
+
+/// What every case calls, on one stream.
+struct BenchKernels {
+  BenchKernels(const Device& on_device, cudaStream_t on_stream)
+      : device(on_device),
+        stream(on_stream),
+        cudnn(on_device, on_stream),
+        tile_counter(on_device),
+        elementwise(on_device, on_stream) {}
+
+  Device device;
+  cudaStream_t stream;
+  cuda::CudnnAttention cudnn;
+  const cuda::hopper::QueryTileCounter tile_counter;  // of the own forward's launches
+  cuda::CudaElementwiseKernels elementwise;           // softmax_delta before the own backward
+};
+
+/// One case (head dim, mask, sequence length): its tensors, its kernels' calls and their check.
+/// Every call enqueues on the stream and takes the input set, 0 or 1.
+class KernelCase {
+ public:
+  KernelCase(const KernelBenchOptions& options, BenchKernels& kernels, int64_t seq, int64_t head_dim, bool causal)
+      : options_(options),
+        kernels_(kernels),
+        batch_(std::max<int64_t>(1, 16384 / seq)),
+        seq_(seq),
+        head_dim_(head_dim),
+        causal_(causal),
+        mask_{-1, causal ? 0 : -1},
+        scale_(1.0f / std::sqrt(static_cast<float>(head_dim))) {
+    const std::vector<cuda::CudnnPiece> pieces = cuda::plan_cudnn_pieces(seq, 0, seq, 0, mask_);
+    SPATTN_CHECK(pieces.size() == 1, "cuDNN takes this call in " << pieces.size() << " pieces, not one");
+    piece_ = pieces.front();
+    sets_.reserve(2);
+    for (int set = 0; set < 2; ++set) {
+      const auto random = [&](int64_t heads, uint64_t seed) {
+        return BenchTensor(kernels.device, options.dtype, {batch_, seq_, heads, head_dim_}, 10 * set + seed);
+      };
+      sets_.push_back({random(options.heads, 1), random(options.kv_heads, 2), random(options.kv_heads, 3),
+                       random(options.heads, 4), attention_output()});
+    }
+    own_forward_unsupported_ = cuda::hopper_forward_unsupported(own_forward_block(0, false));
+    own_backward_unsupported_ = cuda::hopper_backward_unsupported(own_backward_block(0, sets_[0].attention.lse));
+  }
+
+  int64_t batch() const { return batch_; }
+
+  /// "" when the own kernels run `pass` on this case; otherwise why not.
+  std::string own_unsupported(Pass pass) const {
+    if (has_forward(pass) && !own_forward_unsupported_.empty()) return "forward: " + own_forward_unsupported_;
+    if (has_backward(pass) && !own_backward_unsupported_.empty()) return "backward: " + own_backward_unsupported_;
+    return "";
+  }
+
+  /// Makes the backward pass's inputs (cuDNN's forward of every input set), then compares the own
+  /// kernels with cuDNN's where they run one of the options' passes; false where they disagree.
+  bool prepare_and_check() {
+    bool agrees = true;
+    if (options_.any_pass(has_forward) && own_forward_unsupported_.empty()) agrees &= check_forward();
+    if (!options_.any_pass(has_backward)) return agrees;
+    for (int set = 0; set < 2; ++set) cudnn_forward(set, sets_[set].attention);
+    if (own_backward_unsupported_.empty()) agrees &= check_backward();
+    return agrees;
+  }
+
+  /// One timed call of `kernel` (own, own_fp32_out or cudnn) in `pass`: see the header comment. A
+  /// backward after a forward reads that forward's out and lse; the backward pass alone reads the
+  /// input set's, made before timing.
+  std::function<void(int)> call(const std::string& kernel, Pass pass) const {
+    if (kernel == "cudnn")
+      return [this, pass](int set) {
+        if (has_forward(pass)) cudnn_forward(set, cudnn_output_);
+        if (has_backward(pass)) cudnn_backward(set, has_forward(pass) ? cudnn_output_ : sets_[set].attention);
+      };
+    const bool final_out = kernel == "own";
+    return [this, pass, final_out](int set) {
+      if (has_forward(pass)) own_forward(set, final_out);
+      if (has_backward(pass)) own_backward(set, has_forward(pass) ? own_output_ : sets_[set].attention);
+    };
+  }
+
+ private:
+  DeviceTensor query_rows(DType dtype) const {
+    return DeviceTensor(kernels_.device, dtype, {batch_, seq_, options_.heads, head_dim_});
+  }
+  DeviceTensor key_rows(DType dtype) const {
+    return DeviceTensor(kernels_.device, dtype, {batch_, seq_, options_.kv_heads, head_dim_});
+  }
+  DeviceTensor row_statistics() const {
+    return DeviceTensor(kernels_.device, DType::f32, {batch_, options_.heads, seq_});
+  }
+  AttentionOutput attention_output() const { return {query_rows(options_.dtype), row_statistics()}; }
+  Gradients gradients(DType dtype) const { return {query_rows(dtype), key_rows(dtype), key_rows(dtype)}; }
+
+  /// The own forward's block: fp32 out into own_fp32_out_, or with `final_out` into
+  /// own_output_.out in the input dtype; lse into own_output_.lse.
+  ForwardBlock own_forward_block(int set, bool final_out) const {
+    const InputSet& input = sets_[set];
+    ForwardBlock block;
+    block.q = input.q.view();
+    block.segments = {KvSegment{input.k.view(), input.v.view(), 0}};
+    block.mask = mask_;
+    block.scale = scale_;
+    block.out = own_fp32_out_.view();
+    block.lse = own_output_.lse.view();
+    if (final_out) block.final_out = own_output_.out.view();
+    return block;
+  }
+
+  /// The own backward's block given the forward's `lse`; its out stays empty (the own backward
+  /// reads delta_, never out).
+  BackwardBlock own_backward_block(int set, const DeviceTensor& lse) const {
+    const InputSet& input = sets_[set];
+    BackwardBlock block;
+    block.q = input.q.view();
+    block.segments = {KvGradSegment{KvSegment{input.k.view(), input.v.view(), 0}, own_gradients_.dk.view(),
+                                    own_gradients_.dv.view()}};
+    block.dout = input.dout.view();
+    block.lse = lse.view();
+    block.delta = delta_.view();
+    block.mask = mask_;
+    block.scale = scale_;
+    block.dq = own_gradients_.dq.view();
+    return block;
+  }
+
+  void own_forward(int set, bool final_out) const {
+    cuda::hopper_forward(own_forward_block(set, final_out), kernels_.stream, &kernels_.tile_counter);
+  }
+
+  void cudnn_forward(int set, const AttentionOutput& into) const {
+    const InputSet& input = sets_[set];
+    kernels_.cudnn.forward(input.q.view(), input.k.view(), input.v.view(), piece_, scale_, into.out.view(),
+                           into.lse.view());
+  }
+
+  /// A backward of its own from `attention`: dq, dk, dv zeroed (the kernel adds into them), delta
+  /// = rowsum(dout * out), then the kernel.
+  void own_backward(int set, const AttentionOutput& attention) const {
+    for (const DeviceTensor* gradient : {&own_gradients_.dq, &own_gradients_.dk, &own_gradients_.dv})
+      gradient->set_bytes(0, kernels_.stream);
+    kernels_.elementwise.softmax_delta(attention.out.view(), sets_[set].dout.view(), delta_.view());
+    cuda::hopper_backward(own_backward_block(set, attention.lse), kernels_.stream);
+  }
+
+  void cudnn_backward(int set, const AttentionOutput& attention) const {
+    const InputSet& input = sets_[set];
+    kernels_.cudnn.backward(input.q.view(), input.k.view(), input.v.view(), attention.out.view(), input.dout.view(),
+                            attention.lse.view(), piece_, scale_, cudnn_gradients_.dq.view(),
+                            cudnn_gradients_.dk.view(), cudnn_gradients_.dv.view());
+  }
+
+  /// The own forward's fp32 out and lse against cuDNN's, on input set 0.
+  bool check_forward() const {
+    for (const DeviceTensor* output : {&own_fp32_out_, &own_output_.lse, &cudnn_output_.out, &cudnn_output_.lse})
+      output->set_bytes(0xff, kernels_.stream);
+    own_forward(0, false);
+    cudnn_forward(0, cudnn_output_);
+    BENCH_CUDA_CHECK(cudaStreamSynchronize(kernels_.stream));
+    const Difference out = difference(own_fp32_out_.view(), cudnn_output_.out.view());
+    const Difference lse = difference(own_output_.lse.view(), cudnn_output_.lse.view());
+    const bool agrees = out.within(2e-2) && lse.unwritten == 0 && lse.error <= 1e-2;
+    std::printf("check forward %s: own vs cudnn out %.2e of max |out| %.3f, lse %.2e, %lld unwritten: %s\n",
+                describe().c_str(), out.error / out.largest, out.largest, lse.error,
+                static_cast<long long>(out.unwritten + lse.unwritten), agrees ? "agree" : "DISAGREE");
+    return agrees;
+  }
+
+  /// The own backward's dq, dk, dv against cuDNN's from the same out and lse, on input set 0. The
+  /// own call zeroes its gradients before its kernel adds into them, so of its outputs only delta's
+  /// poison can show; a gradient its kernel leaves unwritten reads 0 and shows as an error.
+  bool check_backward() const {
+    for (const DeviceTensor* output : {&delta_, &own_gradients_.dq, &own_gradients_.dk, &own_gradients_.dv,
+                                       &cudnn_gradients_.dq, &cudnn_gradients_.dk, &cudnn_gradients_.dv})
+      output->set_bytes(0xff, kernels_.stream);
+    own_backward(0, sets_[0].attention);
+    cudnn_backward(0, sets_[0].attention);
+    BENCH_CUDA_CHECK(cudaStreamSynchronize(kernels_.stream));
+    const Difference dq = difference(own_gradients_.dq.view(), cudnn_gradients_.dq.view());
+    const Difference dk = difference(own_gradients_.dk.view(), cudnn_gradients_.dk.view());
+    const Difference dv = difference(own_gradients_.dv.view(), cudnn_gradients_.dv.view());
+    const bool agrees = dq.within(2e-2) && dk.within(2e-2) && dv.within(2e-2);
+    std::printf(
+        "check backward %s: own vs cudnn dq %.2e of max |dq| %.3f, dk %.2e of %.3f, dv %.2e of %.3f, %lld "
+        "unwritten: %s\n",
+        describe().c_str(), dq.error / dq.largest, dq.largest, dk.error / dk.largest, dk.largest, dv.error / dv.largest,
+        dv.largest, static_cast<long long>(dq.unwritten + dk.unwritten + dv.unwritten), agrees ? "agree" : "DISAGREE");
+    return agrees;
+  }
+
+  std::string describe() const {
+    std::ostringstream text;
+    text << "D " << head_dim_ << " causal " << (causal_ ? 1 : 0) << " S " << seq_;
+    return text.str();
+  }
+
+  const KernelBenchOptions& options_;
+  BenchKernels& kernels_;
+  const int64_t batch_, seq_, head_dim_;
+  const bool causal_;
+  const AttentionMask mask_;
+  const float scale_;
+  cuda::CudnnPiece piece_;  // the one call cuDNN takes the case in
+  std::vector<InputSet> sets_;
+  const DeviceTensor own_fp32_out_ = query_rows(DType::f32);
+  const AttentionOutput own_output_ = attention_output(), cudnn_output_ = attention_output();
+  const DeviceTensor delta_ = row_statistics();  // (B, H, S) fp32, rowsum(dout * out) for the own backward
+  const Gradients own_gradients_ = gradients(DType::f32), cudnn_gradients_ = gradients(options_.dtype);
+  std::string own_forward_unsupported_, own_backward_unsupported_;
+};
+
 struct Row {
   std::string kernel;
+  Pass pass;
   bool causal;
   int64_t seq, head_dim, batch;
   double ms, tflops;
@@ -169,105 +498,43 @@ struct Row {
 
 }  // namespace
 
-/// Runs every case on `stream`; false when the own kernel disagreed with cuDNN somewhere.
+/// Runs every case on `stream`; false when the own kernels disagreed with cuDNN somewhere.
 bool run_cases(const KernelBenchOptions& options, cudaStream_t stream, std::vector<Row>& rows) {
-  const Device device{DeviceKind::cuda, 0};
-  cuda::CudnnAttention cudnn(device, stream);
-  const cuda::hopper::QueryTileCounter tile_counter(device);  // the own launches on `stream`
+  BenchKernels kernels({DeviceKind::cuda, 0}, stream);
   bool wrong = false;
 
   for (const int64_t head_dim : options.head_dims)
     for (const bool causal : options.causal)
       for (const int64_t seq : options.seqs) {
-        const int64_t batch = std::max<int64_t>(1, 16384 / seq);
-        const int64_t H = options.heads, HK = options.kv_heads, D = head_dim;
-        const AttentionMask mask{-1, causal ? 0 : -1};
-        const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-        std::vector<BenchTensor> q, k, v;
-        for (int set = 0; set < 2; ++set) {
-          q.emplace_back(device, options.dtype, std::initializer_list<int64_t>{batch, seq, H, D}, 10 * set + 1);
-          k.emplace_back(device, options.dtype, std::initializer_list<int64_t>{batch, seq, HK, D}, 10 * set + 2);
-          v.emplace_back(device, options.dtype, std::initializer_list<int64_t>{batch, seq, HK, D}, 10 * set + 3);
-        }
-        DeviceMemory own_out(device, static_cast<std::size_t>(batch * seq * H * D) * 4),
-            own_lse(device, static_cast<std::size_t>(batch * H * seq) * 4),
-            own_final_out(device, static_cast<std::size_t>(batch * seq * H * D) * dtype_size(options.dtype)),
-            cudnn_out(device, static_cast<std::size_t>(batch * seq * H * D) * dtype_size(options.dtype)),
-            cudnn_lse(device, static_cast<std::size_t>(batch * H * seq) * 4);
-        const auto own_call = [&](int set, bool final_out) {
-          ForwardBlock block;
-          block.q = q[set].view();
-          block.segments = {KvSegment{k[set].view(), v[set].view(), 0}};
-          block.mask = mask;
-          block.scale = scale;
-          block.out = TensorView::contiguous(own_out.data(), DType::f32, {batch, seq, H, D}, device);
-          block.lse = TensorView::contiguous(own_lse.data(), DType::f32, {batch, H, seq}, device);
-          if (final_out)
-            block.final_out = TensorView::contiguous(own_final_out.data(), options.dtype, {batch, seq, H, D}, device);
-          cuda::hopper_forward(block, stream, &tile_counter);
-        };
-        const std::vector<cuda::CudnnPiece> pieces = cuda::plan_cudnn_pieces(seq, 0, seq, 0, mask);
-        SPATTN_CHECK(pieces.size() == 1, "cuDNN takes this call in " << pieces.size() << " pieces, not one");
-        const TensorView cudnn_out_view =
-            TensorView::contiguous(cudnn_out.data(), options.dtype, {batch, seq, H, D}, device);
-        const TensorView cudnn_lse_view = TensorView::contiguous(cudnn_lse.data(), DType::f32, {batch, H, seq}, device);
-        const auto cudnn_call = [&](int set) {
-          cudnn.forward(q[set].view(), k[set].view(), v[set].view(), pieces.front(), scale, cudnn_out_view,
-                        cudnn_lse_view);
-        };
+        KernelCase bench_case(options, kernels, seq, head_dim, causal);
+        wrong |= !bench_case.prepare_and_check();
 
-        ForwardBlock probe;
-        probe.q = q[0].view();
-        probe.segments = {KvSegment{k[0].view(), v[0].view(), 0}};
-        probe.mask = mask;
-        probe.scale = scale;
-        probe.out = TensorView::contiguous(own_out.data(), DType::f32, {batch, seq, H, D}, device);
-        probe.lse = TensorView::contiguous(own_lse.data(), DType::f32, {batch, H, seq}, device);
-        const std::string own_unsupported = cuda::hopper_forward_unsupported(probe);
-        if (!own_unsupported.empty()) std::printf("own: not run at D %lld: %s\n", static_cast<long long>(D), own_unsupported.c_str());
-
-        if (own_unsupported.empty()) {  // the check before any timing, on NaN-poisoned outputs
-          for (const DeviceMemory* output : {&own_out, &own_lse, &cudnn_out, &cudnn_lse})
-            BENCH_CUDA_CHECK(cudaMemsetAsync(output->data(), 0xff, output->bytes(), stream));
-          own_call(0, false);
-          cudnn_call(0);
-          BENCH_CUDA_CHECK(cudaStreamSynchronize(stream));
-          const std::vector<double> own_values = download(probe.out), cudnn_values = download(cudnn_out_view);
-          const std::vector<double> own_lse_values = download(probe.lse), cudnn_lse_values = download(cudnn_lse_view);
-          double largest = 0, out_error = 0, lse_error = 0;
-          int64_t unwritten = 0;  // NaN left by the poison on either side
-          for (std::size_t i = 0; i < own_values.size(); ++i) {
-            unwritten += std::isnan(own_values[i]) || std::isnan(cudnn_values[i]);
-            largest = std::max(largest, std::abs(cudnn_values[i]));
-            out_error = std::max(out_error, std::abs(own_values[i] - cudnn_values[i]));
-          }
-          for (std::size_t i = 0; i < own_lse_values.size(); ++i) {
-            unwritten += std::isnan(own_lse_values[i]) || std::isnan(cudnn_lse_values[i]);
-            lse_error = std::max(lse_error, std::abs(own_lse_values[i] - cudnn_lse_values[i]));
-          }
-          const bool agrees = unwritten == 0 && out_error <= 2e-2 * largest && lse_error <= 1e-2;
-          std::printf("check D %lld causal %d S %lld: own vs cudnn out %.2e of max |out| %.3f, lse %.2e, %lld unwritten: %s\n",
-                      static_cast<long long>(D), causal ? 1 : 0, static_cast<long long>(seq), out_error / largest,
-                      largest, lse_error, static_cast<long long>(unwritten), agrees ? "agree" : "DISAGREE");
-          wrong |= !agrees;
-        }
-
-        const double flop = 4.0 * batch * H * static_cast<double>(seq) * seq * D * (causal ? 0.5 : 1.0);
-        std::vector<std::string> kernels;
+        std::vector<std::pair<Pass, std::string>> timed;  // (pass, kernel) of each call
         std::vector<std::function<void(int)>> calls;
-        for (const std::string& kernel : options.kernels) {
-          const bool own = kernel != "cudnn";
-          if (own && !own_unsupported.empty()) continue;
-          kernels.push_back(kernel);
-          calls.push_back(own ? std::function<void(int)>([&, kernel](int set) { own_call(set, kernel == "own"); })
-                              : std::function<void(int)>(cudnn_call));
+        for (const Pass pass : options.passes) {
+          const std::string own_unsupported = bench_case.own_unsupported(pass);
+          if (!own_unsupported.empty())
+            std::printf("own: not run in pass %s at D %lld: %s\n", pass_name(pass), static_cast<long long>(head_dim),
+                        own_unsupported.c_str());
+          for (const std::string& kernel : options.kernels) {
+            if (kernel == "own_fp32_out" && pass != Pass::forward) continue;
+            if (kernel != "cudnn" && !own_unsupported.empty()) continue;
+            timed.emplace_back(pass, kernel);
+            calls.push_back(bench_case.call(kernel, pass));
+          }
         }
         const std::vector<double> milliseconds = median_ms(options, stream, calls);
-        for (std::size_t i = 0; i < kernels.size(); ++i) {
-          rows.push_back({kernels[i], causal, seq, D, batch, milliseconds[i], flop / (milliseconds[i] * 1e-3) * 1e-12});
-          std::printf("%-12s D %3lld causal %d S %6lld B %2lld: %8.3f ms %7.1f TFLOP/s\n", kernels[i].c_str(),
-                      static_cast<long long>(D), causal ? 1 : 0, static_cast<long long>(seq),
-                      static_cast<long long>(batch), milliseconds[i], rows.back().tflops);
+
+        const int64_t batch = bench_case.batch();
+        const double forward_flop =
+            4.0 * batch * options.heads * static_cast<double>(seq) * seq * head_dim * (causal ? 0.5 : 1.0);
+        for (std::size_t i = 0; i < calls.size(); ++i) {
+          const auto& [pass, kernel] = timed[i];
+          const double tflops = forwards_in(pass) * forward_flop / (milliseconds[i] * 1e-3) * 1e-12;
+          rows.push_back({kernel, pass, causal, seq, head_dim, batch, milliseconds[i], tflops});
+          std::printf("%-12s %-16s D %3lld causal %d S %6lld B %2lld: %8.3f ms %7.1f TFLOP/s\n", kernel.c_str(),
+                      pass_name(pass), static_cast<long long>(head_dim), causal ? 1 : 0, static_cast<long long>(seq),
+                      static_cast<long long>(batch), milliseconds[i], tflops);
         }
       }
   return !wrong;
@@ -289,11 +556,11 @@ int run_kernel_bench(int argc, char** argv) {
     std::ofstream csv(options.csv, std::ios::app);
     if (needs_header) csv << "kernel,pass,causal,seq,head_dim,heads,kv_heads,dtype,ms,tflops\n";
     for (const Row& row : rows)
-      csv << row.kernel << ",forward," << (row.causal ? 1 : 0) << "," << row.seq << "," << row.head_dim << ","
-          << options.heads << "," << options.kv_heads << "," << dtype_name(options.dtype) << "," << row.ms << ","
-          << row.tflops << "\n";
+      csv << row.kernel << "," << pass_name(row.pass) << "," << (row.causal ? 1 : 0) << "," << row.seq << ","
+          << row.head_dim << "," << options.heads << "," << options.kv_heads << "," << dtype_name(options.dtype) << ","
+          << row.ms << "," << row.tflops << "\n";
   }
-  if (!agrees) std::printf("the own kernel disagrees with cuDNN beyond the bound above\n");
+  if (!agrees) std::printf("the own kernels disagree with cuDNN beyond the bounds above\n");
   return agrees ? 0 : 1;
 }
 
