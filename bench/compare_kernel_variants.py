@@ -2,9 +2,9 @@
 """Builds of the own kernel measured on one machine (scripts/device-run.sh, stage kernel-ab) as one table.
 
 Each variant's CSV (bench/kernel_bench.cpp's columns, rows appended by every round) holds the own
-kernel and cuDNN timed in turns. The table gives, per case, each variant's own TFLOP/s (median over
-the rounds) and own / cuDNN (the median of the rounds' ratios): the ratio to the cuDNN timed beside
-it is what compares variants, since the GPU's clocks drift between rounds.
+kernel and cuDNN timed in turns. The table gives, per pass and case, each variant's own TFLOP/s
+(median over the rounds) and own / cuDNN (the median of the rounds' ratios): the ratio to the cuDNN
+timed beside it is what compares variants, since the GPU's clocks drift between rounds.
 
     python3 bench/compare_kernel_variants.py base.csv three-stages.csv --markdown kernel-ab.md
 """
@@ -17,7 +17,9 @@ import os
 import statistics
 from collections import defaultdict
 
-Case = tuple[int, int, int]  # (head_dim, causal, seq)
+PASSES = ("forward", "backward", "forward+backward")
+
+Case = tuple[int, int, int, int]  # (pass's index in PASSES, head_dim, causal, seq)
 
 
 def read_rounds(path: str) -> dict[Case, list[dict[str, float]]]:
@@ -25,7 +27,7 @@ def read_rounds(path: str) -> dict[Case, list[dict[str, float]]]:
     rounds: dict[Case, list[dict[str, float]]] = defaultdict(list)
     with open(path, newline="") as stream:
         for row in csv.DictReader(stream):
-            case = (int(row["head_dim"]), int(row["causal"]), int(row["seq"]))
+            case = (PASSES.index(row["pass"]), int(row["head_dim"]), int(row["causal"]), int(row["seq"]))
             if not rounds[case] or row["kernel"] in rounds[case][-1]:
                 rounds[case].append({})
             rounds[case][-1][row["kernel"]] = float(row["tflops"])
@@ -35,12 +37,14 @@ def read_rounds(path: str) -> dict[Case, list[dict[str, float]]]:
 def table(paths: list[str]) -> str:
     names = [os.path.splitext(os.path.basename(path))[0] for path in paths]
     variants = [read_rounds(path) for path in paths]
-    header = ["D", "causal", "S"] + [f"{name} own (x cuDNN)" for name in names]
+    header = ["pass", "D", "causal", "S"] + [f"{name} own (x cuDNN)" for name in names]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for head_dim, causal, seq in sorted(set().union(*variants)):
-        cells = [str(head_dim), "yes" if causal else "no", f"{seq // 1024}k" if seq % 1024 == 0 else str(seq)]
+    for case in sorted(set().union(*variants)):
+        pass_index, head_dim, causal, seq = case
+        cells = [PASSES[pass_index], str(head_dim), "yes" if causal else "no",
+                 f"{seq // 1024}k" if seq % 1024 == 0 else str(seq)]
         for rounds in variants:
-            measured = [r for r in rounds.get((head_dim, causal, seq), []) if "own" in r and "cudnn" in r]
+            measured = [r for r in rounds.get(case, []) if "own" in r and "cudnn" in r]
             if not measured:
                 cells.append("-")
                 continue

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""The kernel benchmark's CSV (bench/kernel_bench.cpp and bench/kernel_sdpa.py) as a table and a chart.
+"""The kernel benchmark's CSV (bench/kernel_bench.cpp and bench/kernel_sdpa.py) as tables and a chart.
 
-The table has one row per (head dim, causal, sequence length), one TFLOP/s column per kernel
-and the ratios of the own kernel to cuDNN (spattn's path) and to PyTorch's flash backend; the
-chart draws TFLOP/s against sequence length, one panel per (head dim, causal):
+One table per pass (forward, backward, forward+backward), under a heading that names it, with one
+row per (head dim, causal, sequence length), one TFLOP/s column per kernel and the ratios of the
+own kernel to cuDNN (spattn's path) and to PyTorch's flash backend; the chart draws TFLOP/s against
+sequence length, one row of panels per pass and one panel per (head dim, causal):
 
     python3 bench/plot_kernel_results.py kernel-bench.csv --out kernel-bench.png --markdown kernel-bench.md
 """
@@ -15,29 +16,40 @@ import csv
 from collections import defaultdict
 from typing import Sequence
 
+PASSES = ("forward", "backward", "forward+backward")
 KERNELS = ("own", "own_fp32_out", "cudnn", "sdpa_flash", "sdpa_cudnn")
 RATIOS = (("own", "cudnn"), ("own", "sdpa_flash"))
 
 Key = tuple[int, int, int]  # (head_dim, causal, seq)
+Rates = dict[str, dict[Key, dict[str, float]]]  # pass -> case -> kernel -> TFLOP/s
 
 
-def read_rates(path: str) -> dict[Key, dict[str, float]]:
-    """TFLOP/s by case and kernel (forward rows only); a later row of the same case replaces an earlier."""
-    rates: dict[Key, dict[str, float]] = defaultdict(dict)
+def read_rates(path: str) -> Rates:
+    """TFLOP/s by pass, case and kernel; a later row of the same one replaces an earlier."""
+    rates: Rates = defaultdict(lambda: defaultdict(dict))
     with open(path, newline="") as stream:
         for row in csv.DictReader(stream):
-            if row["pass"] != "forward":
-                continue
-            rates[(int(row["head_dim"]), int(row["causal"]), int(row["seq"]))][row["kernel"]] = float(row["tflops"])
+            case = (int(row["head_dim"]), int(row["causal"]), int(row["seq"]))
+            rates[row["pass"]][case][row["kernel"]] = float(row["tflops"])
     return rates
 
 
-def markdown_table(rates: dict[Key, dict[str, float]]) -> str:
-    kernels = [kernel for kernel in KERNELS if any(kernel in by_kernel for by_kernel in rates.values())]
+def passes_of(rates: Rates) -> list[str]:
+    """The passes the CSV holds: forward, backward, forward+backward, then any other by name."""
+    return sorted(rates, key=lambda name: (PASSES.index(name) if name in PASSES else len(PASSES), name))
+
+
+def kernels_of(by_case: dict[Key, dict[str, float]]) -> list[str]:
+    return [kernel for kernel in KERNELS if any(kernel in by_kernel for by_kernel in by_case.values())]
+
+
+def markdown_table(by_case: dict[Key, dict[str, float]]) -> str:
+    """One pass's table."""
+    kernels = kernels_of(by_case)
     header = ["D", "causal", "S"] + kernels + [f"{a}/{b}" for a, b in RATIOS]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for (head_dim, causal, seq) in sorted(rates):
-        by_kernel = rates[(head_dim, causal, seq)]
+    for (head_dim, causal, seq) in sorted(by_case):
+        by_kernel = by_case[(head_dim, causal, seq)]
         cells = [str(head_dim), "yes" if causal else "no", f"{seq // 1024}k" if seq % 1024 == 0 else str(seq)]
         cells += [f"{by_kernel[kernel]:.0f}" if kernel in by_kernel else "-" for kernel in kernels]
         cells += [f"{by_kernel[a] / by_kernel[b]:.2f}" if a in by_kernel and b in by_kernel else "-" for a, b in RATIOS]
@@ -45,26 +57,36 @@ def markdown_table(rates: dict[Key, dict[str, float]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(rates: dict[Key, dict[str, float]], path: str) -> None:
+def markdown_tables(rates: Rates) -> str:
+    """Every pass's table under a heading `### PASS TFLOP/s`, a blank line between them."""
+    return "\n".join(f"### {name} TFLOP/s\n\n{markdown_table(rates[name])}" for name in passes_of(rates))
+
+
+def plot(rates: Rates, path: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")  # files only: benchmark machines have no display
     import matplotlib.pyplot as plt
 
-    panels = sorted({(head_dim, causal) for head_dim, causal, _ in rates})
-    figure, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 3.8), squeeze=False)
-    for axis, (head_dim, causal) in zip(axes[0], panels):
-        for kernel in KERNELS:
-            points = sorted((seq, by_kernel[kernel]) for (d, c, seq), by_kernel in rates.items()
-                            if d == head_dim and c == causal and kernel in by_kernel)
-            if points:
-                axis.plot([seq for seq, _ in points], [rate for _, rate in points], marker="o", label=kernel)
-        axis.set_xscale("log", base=2)
-        axis.set_title(f"D {head_dim}, {'causal' if causal else 'no mask'}")
-        axis.set_xlabel("sequence length")
-        axis.set_ylabel("forward TFLOP/s")
-        axis.grid(True, alpha=0.3)
-        axis.legend(fontsize=8)
+    passes = passes_of(rates)
+    panels = sorted({(head_dim, causal) for name in passes for head_dim, causal, _ in rates[name]})
+    figure, axes = plt.subplots(len(passes), len(panels), figsize=(4.5 * len(panels), 3.8 * len(passes)),
+                                squeeze=False)
+    for axis_row, name in zip(axes, passes):
+        for axis, (head_dim, causal) in zip(axis_row, panels):
+            for kernel in kernels_of(rates[name]):
+                points = sorted((seq, by_kernel[kernel]) for (d, c, seq), by_kernel in rates[name].items()
+                                if d == head_dim and c == causal and kernel in by_kernel)
+                if points:
+                    axis.plot([seq for seq, _ in points], [rate for _, rate in points], marker="o", label=kernel,
+                              color=f"C{KERNELS.index(kernel)}")  # one colour per kernel in every panel
+            axis.set_xscale("log", base=2)
+            axis.set_title(f"{name}, D {head_dim}, {'causal' if causal else 'no mask'}")
+            axis.set_xlabel("sequence length")
+            axis.set_ylabel(f"{name} TFLOP/s")
+            axis.grid(True, alpha=0.3)
+            if axis.lines:
+                axis.legend(fontsize=8)
     figure.tight_layout()
     figure.savefig(path, dpi=120)
 
@@ -73,15 +95,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("csv")
     parser.add_argument("--out", help="the chart (PNG)")
-    parser.add_argument("--markdown", help="the table (markdown); printed when not given")
+    parser.add_argument("--markdown", help="the tables (markdown); printed when not given")
     args = parser.parse_args(argv)
     rates = read_rates(args.csv)
-    table = markdown_table(rates)
+    tables = markdown_tables(rates)
     if args.markdown:
         with open(args.markdown, "w") as stream:
-            stream.write(table)
+            stream.write(tables)
     else:
-        print(table, end="")
+        print(tables, end="")
     if args.out:
         plot(rates, args.out)
 

@@ -419,27 +419,41 @@ class PlanJson(unittest.TestCase):
 
 
 class KernelBenchTable(unittest.TestCase):
-    """bench/plot_kernel_results.py tabulates the kernel benchmark's CSV: one row per case, the
-    kernels' rates and the own kernel's ratios to cuDNN and to PyTorch's flash backend."""
+    """bench/plot_kernel_results.py tabulates the kernel benchmark's CSV: one table per pass, one row
+    per case, the kernels' rates and the own kernel's ratios to cuDNN and to PyTorch's flash backend."""
 
-    def test_rates_and_ratios_per_case(self):
+    def test_rates_and_ratios_per_pass_and_case(self):
         with tempfile.TemporaryDirectory() as directory:
             path = os.path.join(directory, "kernel-bench.csv")
             with open(path, "w") as f:
                 f.write("kernel,pass,causal,seq,head_dim,heads,kv_heads,dtype,ms,tflops\n")
+                f.write("own,backward,0,8192,128,32,32,bf16,7.0,390\n")
                 f.write("own,forward,0,8192,128,32,32,bf16,1.7,640\n")
                 f.write("cudnn,forward,0,8192,128,32,32,bf16,1.8,620\n")
                 f.write("sdpa_flash,forward,0,8192,128,32,32,bf16,3.1,350\n")
                 f.write("own,forward,1,4096,64,32,32,bf16,0.8,360\n")
+                f.write("cudnn,backward,0,8192,128,32,32,bf16,6.0,455\n")
             script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench",
                                   "plot_kernel_results.py")
-            table = subprocess.run([sys.executable, script, path], capture_output=True, text=True, check=True).stdout
-        rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in table.splitlines()[2:]]
-        self.assertEqual(table.splitlines()[0].split("|")[1:-1],
-                         [" D ", " causal ", " S ", " own ", " cudnn ", " sdpa_flash ", " own/cudnn ",
-                          " own/sdpa_flash "], table)
+            text = subprocess.run([sys.executable, script, path], capture_output=True, text=True, check=True).stdout
+        sections = text.split("\n\n### ")
+        self.assertEqual([section.splitlines()[0].lstrip("# ") for section in sections],
+                         ["forward TFLOP/s", "backward TFLOP/s"], text)
+
+        def header_and_rows(section):
+            lines = section.splitlines()[2:]  # after the heading and the blank line
+            return (lines[0].split("|")[1:-1],
+                    [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[2:]])
+
+        header, rows = header_and_rows(sections[0])
+        self.assertEqual(header, [" D ", " causal ", " S ", " own ", " cudnn ", " sdpa_flash ", " own/cudnn ",
+                                  " own/sdpa_flash "], text)
         self.assertEqual(rows, [["64", "yes", "4k", "360", "-", "-", "-", "-"],
-                                ["128", "no", "8k", "640", "620", "350", "1.03", "1.83"]], table)
+                                ["128", "no", "8k", "640", "620", "350", "1.03", "1.83"]], text)
+        header, rows = header_and_rows(sections[1])
+        self.assertEqual(header, [" D ", " causal ", " S ", " own ", " cudnn ", " own/cudnn ", " own/sdpa_flash "],
+                         text)
+        self.assertEqual(rows, [["128", "no", "8k", "390", "455", "0.86", "-"]], text)
 
 
 if __name__ == "__main__":
