@@ -27,17 +27,19 @@
 #                every GPU, then bench/python_call_overhead.py at each (python-build.log,
 #                python-gpu-N.log, python-overhead.log)
 #   bench        spattn_gpu_bench on every GPU (bench.csv, bench.log; SPATTN_BENCH_ARGS adds options)
-#   kernel-bench one attention forward on one GPU by kernel: spattn_kernel_bench (own, cudnn) and
-#                bench/kernel_sdpa.py (PyTorch SDPA flash, cudnn) into kernel-bench.csv, drawn into
-#                kernel-bench.md and .png (SPATTN_KERNEL_BENCH_ARGS: options both take, e.g. --seqs)
-#   kernel-profile  ncu on one spattn_kernel_bench case, own and cuDNN kernels (kernel-profile.txt;
+#   kernel-bench one attention on one GPU by kernel and pass (forward, backward, forward+backward):
+#                spattn_kernel_bench (own, cudnn) and bench/kernel_sdpa.py (PyTorch SDPA flash, cudnn)
+#                into kernel-bench.csv, drawn into kernel-bench.md and .png, a table and a row of
+#                panels per pass (SPATTN_KERNEL_BENCH_ARGS: options both take, e.g. --seqs, --passes)
+#   kernel-profile  ncu on one spattn_kernel_bench forward case, own and cuDNN kernels (kernel-profile.txt;
 #                SPATTN_PROFILE_ARGS: the case, default --seqs 8192 --head-dims 128 --causal yes), and
 #                the own kernel's stall samples per SASS instruction (own-kernel-source.csv.gz)
 #   kernel-ab    the own kernel as built (base) against the same tree with each patch of
 #                SPATTN_AB_PATCHES applied in turn (only spattn_kernel_bench rebuilt per patch):
 #                every build's kernel bench runs SPATTN_AB_ROUNDS times (default 3), the builds
 #                taking turns, into VARIANT.csv (kernel-ab-csv.tar.gz) and one table, kernel-ab.md
-#                (bench/compare_kernel_variants.py). The patches are reverted afterwards.
+#                (bench/compare_kernel_variants.py), a row per pass and case (SPATTN_KERNEL_BENCH_ARGS
+#                --passes forward for the forward alone). The patches are reverted afterwards.
 #   torch-bench  PyTorch's context_parallel on every GPU into the same bench.csv (torch.log;
 #                TORCH_BENCH_ARGS adds options, '|' between the option sets of separate runs);
 #                bench.md and bench.png then plot both
@@ -578,13 +580,13 @@ elif ((built)) && command -v ncu >/dev/null; then
   timeout "$(seconds_left)" ncu --clock-control none --launch-count 16 \
     --section SpeedOfLight --section ComputeWorkloadAnalysis --section SchedulerStats --section WarpStateStats \
     --section LaunchStats --section Occupancy \
-    "$build_dir/bench/spattn_kernel_bench" --kernels own,cudnn --warmup 1 --iters 1 --repeats 1 \
+    "$build_dir/bench/spattn_kernel_bench" --passes forward --kernels own,cudnn --warmup 1 --iters 1 --repeats 1 \
     ${SPATTN_PROFILE_ARGS:---seqs 8192 --head-dims 128 --causal yes} >>"$logs/kernel-profile.txt" 2>&1 || status=$?
   # Where the own kernel's warps wait, instruction by instruction: its SASS with the stall
   # reasons sampled at each instruction (own-kernel-source.csv.gz).
   timeout "$(seconds_left)" ncu --clock-control none --kernel-name regex:forward_kernel --launch-count 1 \
     --section SourceCounters --section WarpStateStats --import-source no -f -o "$build_dir/own-kernel" \
-    "$build_dir/bench/spattn_kernel_bench" --kernels own --warmup 1 --iters 1 --repeats 1 \
+    "$build_dir/bench/spattn_kernel_bench" --passes forward --kernels own --warmup 1 --iters 1 --repeats 1 \
     ${SPATTN_PROFILE_ARGS:---seqs 8192 --head-dims 128 --causal yes} >>"$logs/kernel-profile.txt" 2>&1 || status=$?
   ncu --import "$build_dir/own-kernel.ncu-rep" --page source --csv --print-source sass \
     >"$logs/own-kernel-source.csv" 2>>"$logs/kernel-profile.txt" || status=$?
