@@ -13,6 +13,8 @@
 // magnitude, fp32 round-off). Where there is nothing to add (dq of rows that see no key, dk and dv of keys that no
 // row sees) the own kernel must leave the starting values bit for bit.
 
+#include "kernels/hopper/hopper_backward.hpp"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -26,7 +28,6 @@
 #include "block_reference.hpp"
 #include "cuda_test_support.hpp"
 #include "kernels/cuda/cuda_block_kernels.hpp"
-#include "kernels/hopper/hopper_backward.hpp"
 #include "spattn/error.hpp"
 
 namespace spattn::test {
@@ -127,10 +128,10 @@ GradientErrors expect_gradients_near_reference(const BackwardProblem& problem, c
   errors.dq = expect_near_reference(p.dq, added(start.dq, end.dq), tolerance, who + " dq vs fp64");
   for (std::size_t s = 0; s < p.dk.size(); ++s) {
     const std::string segment = " of segment " + std::to_string(s) + " vs fp64";
-    errors.dk = std::max(errors.dk, expect_near_reference(p.dk[s], added(start.dk[s], end.dk[s]), tolerance,
-                                                          who + " dk" + segment));
-    errors.dv = std::max(errors.dv, expect_near_reference(p.dv[s], added(start.dv[s], end.dv[s]), tolerance,
-                                                          who + " dv" + segment));
+    errors.dk = std::max(
+        errors.dk, expect_near_reference(p.dk[s], added(start.dk[s], end.dk[s]), tolerance, who + " dk" + segment));
+    errors.dv = std::max(
+        errors.dv, expect_near_reference(p.dv[s], added(start.dv[s], end.dv[s]), tolerance, who + " dv" + segment));
   }
   return errors;
 }
@@ -272,9 +273,9 @@ TEST_F(HopperBackward, NoMaskSegmentsWithAGap) {
 TEST_F(HopperBackward, CausalAgainstSegmentsOutOfOrder) {
   // keys [500, 577) partly visible, [0, 128) all visible, [250, 300) all visible; rows 0..199 see
   // none of the first segment.
-  check_all({"causal: q 333 at 300 vs 77 at 500, 128 at 0, 50 at 250", 333, 300, {{77, 500}, {128, 0}, {50, 250}},
-             kCausal},
-            0.3f);
+  check_all(
+      {"causal: q 333 at 300 vs 77 at 500, 128 at 0, 50 at 250", 333, 300, {{77, 500}, {128, 0}, {50, 250}}, kCausal},
+      0.3f);
 }
 
 TEST_F(HopperBackward, CausalDiagonalOfOneRowAndOneKey) {
@@ -293,7 +294,10 @@ TEST_F(HopperBackward, TwoSidedWindow) {
 
 TEST_F(HopperBackward, WindowToTheRightOnly) {
   // Keys [250, 400) are seen by no row.
-  check_all({"window (-1, 20): q 130 at 100 vs 200 at 0 and 100 at 300", 130, 100, {{200, 0}, {100, 300}},
+  check_all({"window (-1, 20): q 130 at 100 vs 200 at 0 and 100 at 300",
+             130,
+             100,
+             {{200, 0}, {100, 300}},
              AttentionMask{-1, 20}});
 }
 
@@ -303,7 +307,13 @@ TEST_F(HopperBackward, GroupedQueryAttentionAndBatches) {
     for (const int64_t batch : {1, 3})
       check_all({"GQA 8:" + std::to_string(kv_heads) + ", batch " + std::to_string(batch) +
                      ", causal q 150 at 100 vs 250 at 0",
-                 150, 100, {{250, 0}}, kCausal, batch, 8, kv_heads});
+                 150,
+                 100,
+                 {{250, 0}},
+                 kCausal,
+                 batch,
+                 8,
+                 kv_heads});
 }
 
 TEST_F(HopperBackward, MoreSegmentsThanOneLaunchTakes) {
@@ -318,8 +328,8 @@ TEST_F(HopperBackward, MoreSegmentsThanOneLaunchTakes) {
 
 TEST_F(HopperBackward, LengthsThatAreNotMultiplesOfATile) {
   // One row or key short of a multiple of 64 or 128 and one past it, segment ends inside tiles.
-  check_all({"no mask: q 129 at 0 vs 63 at 0, 65 at 63 and 191 at 128", 129, 0, {{63, 0}, {65, 63}, {191, 128}},
-             kNoMask});
+  check_all(
+      {"no mask: q 129 at 0 vs 63 at 0, 65 at 63 and 191 at 128", 129, 0, {{63, 0}, {65, 63}, {191, 128}}, kNoMask});
   check_all({"causal: q 193 at 127 vs 255 at 0 and 1 at 255", 193, 127, {{255, 0}, {1, 255}}, kCausal});
 }
 
@@ -327,8 +337,12 @@ TEST_F(HopperBackward, SeveralQueryAndKeyTiles) {
   // Key tiles that gather many query tiles and query tiles that many key tiles reach: the diagonal and the window
   // edges cut tiles inside a long block; keys [1750, 1800) of the window case are seen by no row.
   check_all({"causal: q 600 at 900 vs 700 at 0 and 800 at 700", 600, 900, {{700, 0}, {800, 700}}, kCausal, 1});
-  check_all({"window (1000, 50): q 500 at 1200 vs 900 at 200 and 700 at 1100", 500, 1200, {{900, 200}, {700, 1100}},
-             AttentionMask{1000, 50}, 1});
+  check_all({"window (1000, 50): q 500 at 1200 vs 900 at 200 and 700 at 1100",
+             500,
+             1200,
+             {{900, 200}, {700, 1100}},
+             AttentionMask{1000, 50},
+             1});
 }
 
 TEST_F(HopperBackward, RowsAndKeysThatSeeNothing) {
@@ -340,8 +354,11 @@ TEST_F(HopperBackward, RowsAndKeysThatSeeNothing) {
 TEST_F(HopperBackward, AccumulatesAcrossCalls) {
   // The queries against the first segment in one call, against the second in another, into the same gradients from
   // random starting values: together the start plus the reference over both segments, as a strategy's steps add up.
-  const BlockCase c{"window (150, 10): q 160 at 400 vs 200 at 100 and 190 at 330", 160, 400,
-                    {{200, 100}, {190, 330}}, AttentionMask{150, 10}};
+  const BlockCase c{"window (150, 10): q 160 at 400 vs 200 at 100 and 190 at 330",
+                    160,
+                    400,
+                    {{200, 100}, {190, 330}},
+                    AttentionMask{150, 10}};
   for_each_dtype_and_head_dim([&](DType dtype, int64_t head_dim) {
     const BackwardProblem problem = backward_problem(c, dtype, head_dim, default_scale(head_dim));
     const Gradients start = random_gradients(c, head_dim);
@@ -358,12 +375,11 @@ TEST_F(HopperBackward, AccumulatesAcrossCalls) {
 }
 
 TEST_F(HopperBackward, DkAndDvAreTheSameBitsEveryRun) {
-  // Each key's dk and dv are added by one thread in a fixed order; dq gathers by atomic additions in any order, so
-  // its two runs need only both be accurate.
-  for (const BlockCase& c : {BlockCase{"no mask: q 500 at 500 vs 300 at 0 and 700 at 300", 500, 500,
-                                       {{300, 0}, {700, 300}}, kNoMask},
-                             BlockCase{"causal: q 500 at 500 vs 300 at 0 and 700 at 300", 500, 500,
-                                       {{300, 0}, {700, 300}}, kCausal}}) {
+  // Each key's dk and dv are added by one thread in a fixed order; dq gathers by the TMA unit's reduce-add in any
+  // order, so its two runs need only both be accurate.
+  for (const BlockCase& c :
+       {BlockCase{"no mask: q 500 at 500 vs 300 at 0 and 700 at 300", 500, 500, {{300, 0}, {700, 300}}, kNoMask},
+        BlockCase{"causal: q 500 at 500 vs 300 at 0 and 700 at 300", 500, 500, {{300, 0}, {700, 300}}, kCausal}}) {
     for (const int64_t head_dim : {64, 128}) {
       const std::string reason = unsupported(DType::bf16, head_dim);
       if (!reason.empty()) GTEST_SKIP() << reason;
@@ -407,6 +423,12 @@ TEST_F(HopperBackward, BadBlocksAreRefusedWithTheReason) {
   BackwardBlock block = good.block;
   block.dq.dtype = DType::bf16;
   expect_refused(block, {"dq"});
+  // dq one float past a 16-byte boundary (31 rows, inside its buffer): the TMA unit cannot add into it.
+  block = good.block;
+  for (TensorView* rows : {&block.q, &block.dout, &block.dq}) rows->shape[1] = 31;
+  for (TensorView* terms : {&block.lse, &block.delta}) terms->shape[2] = 31;
+  block.dq.data = static_cast<float*>(block.dq.data) + 1;
+  expect_refused(block, {"aligned"});
   block = good.block;
   block.segments[0].dk.dtype = DType::bf16;
   expect_refused(block, {"dk"});

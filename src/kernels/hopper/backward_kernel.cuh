@@ -1,7 +1,9 @@
 #pragma once
-// The own attention backward for sm_90a, first version: correct and fp32 throughout, not yet
-// pipelined like the forward (bench/kernel-notes.md tracks its speed).
-// - one CTA per (key tile of 128 keys of a segment, kv head, batch); its two warpgroups own 64
+// The own attention backward for sm_90a: fp32 throughout, not yet pipelined like the forward
+// (bench/kernel-notes.md tracks its speed).
+// - one CTA per (key tile of 128 keys of a segment, kv head, batch), the key tiles that see the
+//   most query rows launched first (the causal diagonal's work shrinks along the keys); its two
+//   warpgroups own 64
 //   keys each and loop over every query tile (64 rows) of every query head of the GQA group that
 //   sees a key of the tile; K and V are loaded once, Q and dO by the tensor memory accelerator
 //   (TMA) into two stages, the next tile's while this one's products run;
@@ -9,8 +11,10 @@
 //   the accumulators already as the A operands of the next products): S^T = K Q^T and
 //   dP^T = V dO^T by wgmma, P^T = exp(scale S^T - lse), dS^T = P^T (dP^T - delta) in fp32;
 //   dV += P^T dO and dK += dS^T Q by wgmma with P^T and dS^T from registers, dK and dV staying in
-//   fp32 registers over the whole loop; dS through shared memory for dQ = dS K, which is added
-//   into the block's fp32 dq by atomic additions (several key tiles add to each row);
+//   fp32 registers over the whole loop; dS through shared memory for dQ = dS K, which goes
+//   through shared memory in fp32 and is added into the block's fp32 dq by the TMA unit's
+//   reduce-add (several key tiles add to each row: one bulk operation per step instead of 32-64
+//   scalar atomics per thread, which bounded b1 at about a quarter of cuDNN's speed);
 // - at the end dK and dV are added into the segment's fp32 dk and dv, once per key (this CTA owns
 //   its keys of its kv head: the GQA group's heads are summed in its registers).
 // Only the (query tile, key tile) pairs that cross a mask edge or the end of a segment are masked
@@ -79,15 +83,23 @@ struct BackwardTraits {
   // dS as (rows, keys), keys contiguous: the K-major A operand of dQ = dS K.
   using SmemScoreGrads =
       decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Element>{}, Shape<Int<kBlockM>, Int<kBlockN>>{}));
+  // dQ of a step in fp32, (rows, head_dim), as the TMA unit reads it to add into dq: 128-byte
+  // swizzled, so that a warp's stores of its accumulator rows fall on different banks.
+  using SmemQueryGrad =
+      decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<float>{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
 
   using GmemShape = Shape<int32_t, int32_t, int32_t, int32_t>;  // (tokens, D, heads, B)
   using GmemStrides = Stride<int64_t, _1, int64_t, int64_t>;    // head_dim contiguous
   using GmemTensor =
       decltype(make_tensor(make_gmem_ptr(static_cast<Element const*>(nullptr)), GmemShape{}, GmemStrides{}));
+  using GmemAccumulator =
+      decltype(make_tensor(make_gmem_ptr(static_cast<float*>(nullptr)), GmemShape{}, GmemStrides{}));
   using TmaRows = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(SmemRows{}),
                                          Shape<Int<kBlockM>, Int<kHeadDim>>{}, _1{}));
   using TmaKeys =
       decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, SmemKeys{}, Shape<Int<kBlockN>, Int<kHeadDim>>{}, _1{}));
+  using TmaQueryGradAdd = decltype(make_tma_copy(SM90_TMA_REDUCE_ADD{}, GmemAccumulator{}, SmemQueryGrad{},
+                                                 Shape<Int<kBlockM>, Int<kHeadDim>>{}, _1{}));
 
   static constexpr uint32_t kRowTileBytes = kBlockM * kHeadDim * sizeof(Element);
   static constexpr uint32_t kKeyTileBytes = kBlockN * kHeadDim * sizeof(Element);
@@ -98,6 +110,7 @@ struct BackwardTraits {
     alignas(1024) Element q[cosize_v<SmemRows>];
     alignas(1024) Element dout[cosize_v<SmemRows>];
     alignas(1024) Element score_grads[cosize_v<SmemScoreGrads>];
+    alignas(1024) float query_grad[cosize_v<SmemQueryGrad>];
     float lse_log2[kStages][kBlockM];  // lse * log2(e); +inf for rows that add nothing
     float delta[kStages][kBlockM];
     alignas(16) cutlass::arch::ClusterTransactionBarrier keys_full;
@@ -114,6 +127,7 @@ struct BackwardParams {
   typename Traits::TmaRows tma_dout;
   typename Traits::TmaKeys tma_k[kMaxSegmentsPerLaunch];
   typename Traits::TmaKeys tma_v[kMaxSegmentsPerLaunch];
+  typename Traits::TmaQueryGradAdd tma_dq_add;
   BackwardProblem problem;
 };
 
@@ -122,6 +136,16 @@ struct QueryStep {
   int head;
   int m_block;
 };
+
+/// lse (in log2 units) and delta of one query row of a step.
+struct RowTerms {
+  float lse_log2 = INFINITY;  // +inf for rows that add nothing: P = exp2(s - inf) = 0
+  float delta = 0.0f;
+};
+
+/// The named barrier of the threads that compute dQ, once each has stored its part (id 0 is
+/// __syncthreads').
+constexpr uint32_t kQueryGradStoredBarrier = 1;
 
 template <class Traits>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
@@ -135,15 +159,16 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const int thread = threadIdx.x;
   const int warpgroup = thread / 128;
 
-  // This CTA's key tile, kv head and batch.
+  // This CTA's key tile, kv head and batch, the key tile varying slowest: every head's tiles that
+  // see the most rows start first, the light ones fill the last wave.
+  const int tile_index = static_cast<int>(blockIdx.x) / (problem.kv_heads * problem.batch);
+  const int kv_head = static_cast<int>(blockIdx.x) / problem.batch % problem.kv_heads;
+  const int batch = static_cast<int>(blockIdx.x) % problem.batch;
   int segment_index = 0;
-  while (segment_index + 1 < problem.num_segments &&
-         problem.segments[segment_index + 1].first_tile <= static_cast<int>(blockIdx.x))
+  while (segment_index + 1 < problem.num_segments && problem.segments[segment_index + 1].first_tile <= tile_index)
     ++segment_index;
   const BackwardSegment& segment = problem.segments[segment_index];
-  const int key_tile = blockIdx.x - segment.first_tile;
-  const int kv_head = blockIdx.y;
-  const int batch = blockIdx.z;
+  const int key_tile = tile_index - segment.first_tile;
   const int group = problem.heads / problem.kv_heads;
   const KeyRange keys{segment.position, segment.keys};
   const int64_t first_key = segment.position + int64_t{key_tile} * kBlockN;
@@ -168,6 +193,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   Tensor sQt = make_tensor(make_smem_ptr(shared.q), typename Traits::SmemRowsTransposed{});
   Tensor sdOt = make_tensor(make_smem_ptr(shared.dout), typename Traits::SmemRowsTransposed{});
   Tensor sdS = make_tensor(make_smem_ptr(shared.score_grads), typename Traits::SmemScoreGrads{});
+  Tensor sdQ = make_tensor(make_smem_ptr(shared.query_grad), typename Traits::SmemQueryGrad{});
 
   const auto barrier_word = [](cutlass::arch::ClusterTransactionBarrier& barrier) -> uint64_t& {
     return reinterpret_cast<cutlass::arch::ClusterTransactionBarrier::ValueType&>(barrier);
@@ -200,23 +226,37 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     load(params.tma_q, sQ);
     load(params.tma_dout, sdO);
   };
-  // lse (in log2 units) and delta of a step's rows, by the first 64 threads.
-  const auto load_row_terms = [&](int step, int stage) {
-    if (thread >= kBlockM) return;
+  // lse and delta of a step's rows, one per thread of the first 64: read from global memory a step
+  // ahead into registers (the load's latency hidden behind the current step's products), stored
+  // into their stage at the step's end.
+  const auto fetch_row_terms = [&](int step) {
+    RowTerms terms;
     const QueryStep at = step_at(step);
     const int64_t row = int64_t{at.m_block} * kBlockM + thread;
-    float lse_log2 = INFINITY, delta = 0.0f;  // P = exp2(s - inf) = 0: the row adds nothing
-    if (row < problem.rows) {
-      const float lse =
-          problem.lse[batch * problem.lse_strides[0] + at.head * problem.lse_strides[1] + row * problem.lse_strides[2]];
-      if (lse != -INFINITY) {
-        lse_log2 = lse * static_cast<float>(M_LOG2E);
-        delta = problem.delta[batch * problem.delta_strides[0] + at.head * problem.delta_strides[1] +
-                              row * problem.delta_strides[2]];
-      }
-    }
-    shared.lse_log2[stage][thread] = lse_log2;
-    shared.delta[stage][thread] = delta;
+    if (thread >= kBlockM || row >= problem.rows) return terms;
+    const float lse =
+        problem.lse[batch * problem.lse_strides[0] + at.head * problem.lse_strides[1] + row * problem.lse_strides[2]];
+    if (lse == -INFINITY) return terms;  // the row sees no key
+    terms.lse_log2 = lse * static_cast<float>(M_LOG2E);
+    terms.delta = problem.delta[batch * problem.delta_strides[0] + at.head * problem.delta_strides[1] +
+                                row * problem.delta_strides[2]];
+    return terms;
+  };
+  const auto store_row_terms = [&](const RowTerms& terms, int stage) {
+    if (thread >= kBlockM) return;
+    shared.lse_log2[stage][thread] = terms.lse_log2;
+    shared.delta[stage][thread] = terms.delta;
+  };
+  // A step's dQ, scaled, from shared memory into dq by one thread; the bulk operation reads the
+  // shared memory asynchronously (tma_store_wait before the next step's dQ overwrites it).
+  const auto add_query_grad = [&](const QueryStep& at) {
+    const auto& tma = params.tma_dq_add;
+    Tensor m =
+        tma.get_tma_tensor(make_shape(problem.rows, kHeadDim, problem.heads, problem.batch))(_, _, at.head, batch);
+    Tensor g = local_tile(m, Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(_, _0{}));  // (M, D, tiles)
+    auto cta = tma.get_slice(_0{});
+    copy(tma, group_modes<0, 3>(cta.partition_S(sdQ)), group_modes<0, 3>(cta.partition_D(g))(_, at.m_block));
+    tma_store_arrive();
   };
 
   if (thread == 0) {
@@ -231,7 +271,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     load_keys();
     load_rows(0, 0);
   }
-  load_row_terms(0, 0);
+  store_row_terms(fetch_row_terms(0), 0);
 
   typename Traits::MmaScores mma_scores;
   typename Traits::MmaKeyGrads mma_key_grads;
@@ -248,12 +288,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   Tensor tKrdOt = thread_key_grads.partition_fragment_B(sdOt);
   Tensor tQrdS = thread_query_grad.partition_fragment_A(sdS);  // (MMA, MMA_M, MMA_K)
   Tensor tQrKt = thread_query_grad.partition_fragment_B(sKt);  // (MMA, MMA_N, MMA_K)
+  Tensor tQsdQ = thread_query_grad.partition_C(sdQ);           // (MMA, MMA_M, MMA_N) fp32
   // (key, row) of each score this thread holds; (key, d) of each dK, dV element; (row, d) of dQ's
   Tensor score_coordinates = thread_scores.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kBlockM>>{}));
   Tensor key_grad_coordinates =
       thread_key_grads.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));
-  Tensor query_grad_coordinates =
-      thread_query_grad.partition_C(make_identity_tensor(Shape<Int<kBlockM>, Int<kHeadDim>>{}));
 
   Tensor dK = partition_fragment_C(mma_key_grads, Shape<Int<kBlockN>, Int<kHeadDim>>{});  // fp32
   Tensor dV = partition_fragment_C(mma_key_grads, Shape<Int<kBlockN>, Int<kHeadDim>>{});
@@ -266,10 +305,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     // Every thread is done with the previous step: its stage and dS may be written again, and
     // this step's lse and delta are in place.
     __syncthreads();
-    if (step + 1 < steps) {
-      if (thread == 0) load_rows(step + 1, stage ^ 1);
-      load_row_terms(step + 1, stage ^ 1);
-    }
+    const bool has_next = step + 1 < steps;
+    if (has_next && thread == 0) load_rows(step + 1, stage ^ 1);
+    const RowTerms next_terms = has_next ? fetch_row_terms(step + 1) : RowTerms{};
     if (step == 0) shared.keys_full.wait(0);
     shared.rows_full[stage].wait((step / Traits::kStages) % 2);
     const QueryStep at = step_at(step);
@@ -311,25 +349,28 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     Tensor score_grads_operand = as_operand_a(score_grads);
     issue_warpgroup_mma<false>(mma_key_grads, probabilities, tKrdOt(_, _, _, stage), dV);
     issue_warpgroup_mma<false>(mma_key_grads, score_grads_operand, tKrQt(_, _, _, stage), dK);
-    // dS written by every thread, seen by the tensor cores' reads (the async proxy).
+    // dS written by every thread, seen by the tensor cores' reads (the async proxy); the previous
+    // step's dQ read out of shared memory by the TMA unit before this step's overwrites it.
     cutlass::arch::fence_view_async_shared();
+    if (thread == 0) tma_store_wait<0>();
     __syncthreads();
     if (warpgroup < Traits::kQueryGradWarpgroups) {
       Tensor dQ = partition_fragment_C(mma_query_grad, Shape<Int<kBlockM>, Int<kHeadDim>>{});
       issue_warpgroup_mma<true>(mma_query_grad, tQrdS, tQrKt, dQ);
       warpgroup_wait<0>();
       CUTE_UNROLL
-      for (int i = 0; i < size(dQ); ++i) {
-        const int64_t row = int64_t{at.m_block} * kBlockM + get<0>(query_grad_coordinates(i));
-        if (row >= problem.rows) continue;
-        atomicAdd(problem.dq + batch * problem.dq_strides[0] + row * problem.dq_strides[1] +
-                      at.head * problem.dq_strides[2] + get<1>(query_grad_coordinates(i)),
-                  problem.scale * dQ(i));
-      }
+      for (int i = 0; i < size(dQ); ++i) tQsdQ(i) = problem.scale * dQ(i);
+      // Every dQ thread's stores seen by the TMA unit before thread 0 issues the add (rows past
+      // the query count fall outside dq's TMA tensor and are not added).
+      tma_store_fence();
+      cutlass::arch::NamedBarrier::sync(128 * Traits::kQueryGradWarpgroups, kQueryGradStoredBarrier);
+      if (thread == 0) add_query_grad(at);
     } else {
       warpgroup_wait<0>();
     }
+    if (has_next) store_row_terms(next_terms, stage ^ 1);
   }
+  if (thread == 0) tma_store_wait<0>();  // the last dQ read out before the CTA's shared memory goes
 
   // dK (times the scale) and dV into the segment's accumulators, keys past its end left out.
   CUTE_UNROLL
@@ -362,6 +403,11 @@ void launch_backward_tiles(const BackwardProblem& problem, cudaStream_t stream) 
   };
   params.tma_q = rows_copy(problem.q, problem.q_strides);
   params.tma_dout = rows_copy(problem.dout, problem.dout_strides);
+  params.tma_dq_add = make_tma_copy(
+      SM90_TMA_REDUCE_ADD{},
+      make_tensor(make_gmem_ptr(problem.dq), make_shape(problem.rows, int32_t{kHeadDim}, problem.heads, problem.batch),
+                  make_stride(problem.dq_strides[1], _1{}, problem.dq_strides[2], problem.dq_strides[0])),
+      typename Traits::SmemQueryGrad{}, Shape<Int<Traits::kBlockM>, Int<kHeadDim>>{}, _1{});
   for (int index = 0; index < problem.num_segments; ++index) {
     const BackwardSegment& segment = problem.segments[index];
     const auto keys_copy = [&](const void* data, const int64_t(&strides)[3]) {
@@ -373,8 +419,8 @@ void launch_backward_tiles(const BackwardProblem& problem, cudaStream_t stream) 
   }
 
   allow_shared_memory<backward_kernel<Traits>>(Traits::kSharedBytes);
-  const dim3 grid(problem.key_tiles, problem.kv_heads, problem.batch);
-  backward_kernel<Traits><<<grid, Traits::kThreads, Traits::kSharedBytes, stream>>>(params);
+  const int64_t ctas = int64_t{problem.key_tiles} * problem.kv_heads * problem.batch;  // < 2^31 (hopper_backward)
+  backward_kernel<Traits><<<static_cast<unsigned>(ctas), Traits::kThreads, Traits::kSharedBytes, stream>>>(params);
   SPATTN_CUDA_CHECK_LAUNCH("the own Hopper attention backward");
 }
 

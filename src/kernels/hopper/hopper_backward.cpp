@@ -1,6 +1,7 @@
 #include "kernels/hopper/hopper_backward.hpp"
 
 #include <cstdint>
+#include <limits>
 #include <sstream>
 
 #include "core/cuda/current_device_guard.hpp"
@@ -15,7 +16,7 @@ using hopper::BackwardProblem;
 using hopper::BackwardSegment;
 using hopper::copy_strides;
 using hopper::kMaxSegmentsPerLaunch;
-using hopper::tma_readable;
+using hopper::tma_addressable;
 
 constexpr const char* kOwnBackward = "the own backward";
 
@@ -66,8 +67,8 @@ std::string block_unsupported(const BackwardBlock& block) {
   const TensorView& q = block.q;
   std::string reason = hopper_backward_unsupported(q.device, q.dtype, q.ndim == 4 ? q.size(3) : 0);
   if (!reason.empty()) return reason;
-  if (!(reason = tma_readable(kOwnBackward, q, "q")).empty()) return reason;
-  if (!(reason = tma_readable(kOwnBackward, block.dout, "dout")).empty()) return reason;
+  if (!(reason = tma_addressable(kOwnBackward, q, "q")).empty()) return reason;
+  if (!(reason = tma_addressable(kOwnBackward, block.dout, "dout")).empty()) return reason;
   std::ostringstream why;
   if (block.dout.dtype != q.dtype || block.dout.device != q.device || block.dout.size(0) != q.size(0) ||
       block.dout.size(1) != q.size(1) || block.dout.size(2) != q.size(2) || block.dout.size(3) != q.size(3)) {
@@ -77,11 +78,21 @@ std::string block_unsupported(const BackwardBlock& block) {
   if (!(reason = row_terms(block.lse, "lse", q)).empty()) return reason;
   if (!(reason = row_terms(block.delta, "delta", q)).empty()) return reason;
   if (!(reason = fp32_accumulator(block.dq, "dq", q)).empty()) return reason;
+  if (!(reason = tma_addressable(kOwnBackward, block.dq, "dq")).empty()) return reason;  // the TMA unit adds dQ
+  int64_t key_tiles = 0;
   for (const KvGradSegment& segment : block.segments) {
     const KvSegment& kv = segment.kv;
     if (!(reason = hopper::key_values_unsupported(kOwnBackward, kv, q)).empty()) return reason;
     if (!(reason = fp32_accumulator(segment.dk, "dk", kv.k)).empty()) return reason;
     if (!(reason = fp32_accumulator(segment.dv, "dv", kv.k)).empty()) return reason;
+    key_tiles += (kv.k.size(1) + hopper::kBackwardKeyTile - 1) / hopper::kBackwardKeyTile;
+  }
+  // One CTA per (key tile, kv head, batch) in a one-dimensional grid.
+  const int64_t kv_heads = block.segments.empty() ? 0 : block.segments.front().kv.k.size(2);
+  if (key_tiles * kv_heads * q.size(0) > std::numeric_limits<int32_t>::max()) {
+    why << key_tiles << " key tiles of " << hopper::kBackwardKeyTile << " keys x " << kv_heads << " kv heads x batch "
+        << q.size(0) << " exceed the 2^31 - 1 CTAs of " << kOwnBackward;
+    return why.str();
   }
   return hopper::scale_unsupported(block.scale);
 }
@@ -144,11 +155,7 @@ void hopper_backward(const BackwardBlock& block, cudaStream_t stream) {
     keys.keys = static_cast<int32_t>(kv.k.size(1));
     keys.position = kv.position;
     keys.first_tile = problem.key_tiles;
-    const int64_t key_tiles =
-        problem.key_tiles + (kv.k.size(1) + hopper::kBackwardKeyTile - 1) / hopper::kBackwardKeyTile;
-    SPATTN_CHECK(key_tiles <= (int64_t{1} << 31) - 1, "the own Hopper backward takes at most 2^31 - 1 key tiles of "
-                                                          << hopper::kBackwardKeyTile << " keys per launch");
-    problem.key_tiles = static_cast<int32_t>(key_tiles);
+    problem.key_tiles += static_cast<int32_t>((kv.k.size(1) + hopper::kBackwardKeyTile - 1) / hopper::kBackwardKeyTile);
     problem.kv_heads = static_cast<int32_t>(kv.k.size(2));
     if (problem.num_segments == kMaxSegmentsPerLaunch) launch_segments();
   }

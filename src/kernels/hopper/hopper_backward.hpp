@@ -28,9 +28,9 @@ std::string hopper_backward_unsupported(const BackwardBlock& block);
 
 /// Enqueues `block` (see BackwardBlock) on `stream`; hopper_backward_unsupported(block) must be "".
 /// dk and dv of each segment are added once per key, by one thread (the same bits every run); dq
-/// gathers the key tiles' contributions by fp32 atomic additions, whose order varies from run to
-/// run (differences of fp32 round-off). Blocks of more segments than one launch takes run as
-/// several launches.
+/// gathers the key tiles' contributions by the TMA unit's fp32 reduce-add, whose order varies from
+/// run to run (differences of fp32 round-off). Blocks of more segments than one launch takes run
+/// as several launches.
 void hopper_backward(const BackwardBlock& block, cudaStream_t stream);
 
 /// What the own backward supports in this build, in words (`spattn info`).

@@ -16,7 +16,7 @@ using hopper::ForwardProblem;
 using hopper::ForwardSegment;
 using hopper::kMaxSegmentsPerLaunch;
 using hopper::copy_strides;
-using hopper::tma_readable;
+using hopper::tma_addressable;
 
 constexpr const char* kOwnForward = "the own forward";
 
@@ -42,7 +42,7 @@ std::string block_unsupported(const ForwardBlock& block) {
   const TensorView& q = block.q;
   std::string reason = hopper_forward_unsupported(q.device, q.dtype, q.ndim == 4 ? q.size(3) : 0);
   if (!reason.empty()) return reason;
-  if (!(reason = tma_readable(kOwnForward, q, "q")).empty()) return reason;
+  if (!(reason = tma_addressable(kOwnForward, q, "q")).empty()) return reason;
   std::ostringstream why;
   for (const KvSegment& segment : block.segments)
     if (!(reason = hopper::key_values_unsupported(kOwnForward, segment, q)).empty()) return reason;

@@ -47,7 +47,7 @@ std::string built_head_dims(bool (*built)(int64_t head_dim)) {
   return dims;
 }
 
-std::string tma_readable(const char* kernel, const TensorView& tensor, const char* name) {
+std::string tma_addressable(const char* kernel, const TensorView& tensor, const char* name) {
   std::ostringstream why;
   const auto address = reinterpret_cast<std::uintptr_t>(tensor.data);
   if (tensor.ndim != 4) {
@@ -59,9 +59,11 @@ std::string tma_readable(const char* kernel, const TensorView& tensor, const cha
     why << name << " starts at an address that is not 16-byte aligned (" << address % 16 << " bytes past)";
   } else {
     for (int dim = 0; dim < 3; ++dim) {
-      if ((tensor.stride(dim) * 2) % 16 != 0 || tensor.stride(dim) < 0) {
+      const int64_t element_bytes = static_cast<int64_t>(dtype_size(tensor.dtype));
+      if ((tensor.stride(dim) * element_bytes) % 16 != 0 || tensor.stride(dim) < 0) {
         why << name << " " << tensor.describe() << " has stride " << tensor.stride(dim) << " in dimension " << dim
-            << "; " << kernel << " needs non-negative strides of whole 16-byte units (multiples of 8 elements)";
+            << "; " << kernel << " needs non-negative strides of whole 16-byte units (multiples of "
+            << 16 / element_bytes << " elements)";
         break;
       }
       if (tensor.size(dim) > std::numeric_limits<int32_t>::max()) {
@@ -78,7 +80,7 @@ std::string key_values_unsupported(const char* kernel, const KvSegment& segment,
   std::ostringstream why;
   for (const TensorView* tensor : {&segment.k, &segment.v}) {
     const char* name = tensor == &segment.k ? "k" : "v";
-    std::string reason = tma_readable(kernel, *tensor, name);
+    std::string reason = tma_addressable(kernel, *tensor, name);
     if (!reason.empty()) return reason;
     if (tensor->dtype != q.dtype || tensor->device != q.device) {
       why << name << " " << tensor->describe() << " must have q's dtype and device (" << q.describe() << ")";

@@ -34,9 +34,9 @@ std::string device_unsupported(const char* kernel, const Device& device, DType d
 /// The head dims this build has a kernel for (`built(head_dim)`), in words: "64, 128".
 std::string built_head_dims(bool (*built)(int64_t head_dim));
 
-/// "" when `tensor` (B, tokens, heads, D) of 16-bit elements can be read by the tensor memory
-/// accelerator: head_dim contiguous, 16-byte aligned base and strides, sizes within int32.
-std::string tma_readable(const char* kernel, const TensorView& tensor, const char* name);
+/// "" when the tensor memory accelerator can read `tensor` (B, tokens, heads, D) or add into it:
+/// head_dim contiguous, 16-byte aligned base and strides, sizes within int32.
+std::string tma_addressable(const char* kernel, const TensorView& tensor, const char* name);
 
 /// "" when `segment`'s k and v are readable by the tensor memory accelerator and fit `q`: (B, Sk,
 /// HK, D) with q's B, D, dtype and device, HK dividing q's heads, k and v alike; otherwise why not.
