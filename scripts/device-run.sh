@@ -31,9 +31,10 @@
 #                spattn_kernel_bench (own, cudnn) and bench/kernel_sdpa.py (PyTorch SDPA flash, cudnn)
 #                into kernel-bench.csv, drawn into kernel-bench.md and .png, a table and a row of
 #                panels per pass (SPATTN_KERNEL_BENCH_ARGS: options both take, e.g. --seqs, --passes)
-#   kernel-profile  ncu on one spattn_kernel_bench forward case, own and cuDNN kernels (kernel-profile.txt;
-#                SPATTN_PROFILE_ARGS: the case, default --seqs 8192 --head-dims 128 --causal yes), and
-#                the own kernel's stall samples per SASS instruction (own-kernel-source.csv.gz)
+#   kernel-profile  ncu on one spattn_kernel_bench case, own and cuDNN kernels (kernel-profile.txt;
+#                SPATTN_PROFILE_ARGS: the case, default --seqs 8192 --head-dims 128 --causal yes;
+#                SPATTN_PROFILE_PASS: forward, the default, or backward), and the own kernel's stall
+#                samples per SASS instruction (own-kernel-source.csv.gz)
 #   kernel-ab    the own kernel as built (base) against the same tree with each patch of
 #                SPATTN_AB_PATCHES applied in turn (only spattn_kernel_bench rebuilt per patch):
 #                every build's kernel bench runs SPATTN_AB_ROUNDS times (default 3), the builds
@@ -575,18 +576,22 @@ if ! wants kernel-profile; then
 elif ((built)) && command -v ncu >/dev/null; then
   status=0
   : >"$logs/kernel-profile.txt"
-  # The input fills, the check's calls and one timed call of each kernel: the first 16 launches.
+  # The input fills, the check's calls and one timed call of each kernel: the first 16 launches (32
+  # for the backward, which first runs cuDNN's forward for out and lse and the delta kernel).
+  profile_pass="${SPATTN_PROFILE_PASS:-forward}"
+  profile_launches=16
+  [[ $profile_pass == backward ]] && profile_launches=32
   # shellcheck disable=SC2086  # the extra arguments are words
-  timeout "$(seconds_left)" ncu --clock-control none --launch-count 16 \
+  timeout "$(seconds_left)" ncu --clock-control none --launch-count "$profile_launches" \
     --section SpeedOfLight --section ComputeWorkloadAnalysis --section SchedulerStats --section WarpStateStats \
-    --section LaunchStats --section Occupancy \
-    "$build_dir/bench/spattn_kernel_bench" --passes forward --kernels own,cudnn --warmup 1 --iters 1 --repeats 1 \
+    --section LaunchStats --section Occupancy --section MemoryWorkloadAnalysis \
+    "$build_dir/bench/spattn_kernel_bench" --passes "$profile_pass" --kernels own,cudnn --warmup 1 --iters 1 --repeats 1 \
     ${SPATTN_PROFILE_ARGS:---seqs 8192 --head-dims 128 --causal yes} >>"$logs/kernel-profile.txt" 2>&1 || status=$?
   # Where the own kernel's warps wait, instruction by instruction: its SASS with the stall
   # reasons sampled at each instruction (own-kernel-source.csv.gz).
-  timeout "$(seconds_left)" ncu --clock-control none --kernel-name regex:forward_kernel --launch-count 1 \
+  timeout "$(seconds_left)" ncu --clock-control none --kernel-name "regex:${profile_pass}_kernel" --launch-count 1 \
     --section SourceCounters --section WarpStateStats --import-source no -f -o "$build_dir/own-kernel" \
-    "$build_dir/bench/spattn_kernel_bench" --passes forward --kernels own --warmup 1 --iters 1 --repeats 1 \
+    "$build_dir/bench/spattn_kernel_bench" --passes "$profile_pass" --kernels own --warmup 1 --iters 1 --repeats 1 \
     ${SPATTN_PROFILE_ARGS:---seqs 8192 --head-dims 128 --causal yes} >>"$logs/kernel-profile.txt" 2>&1 || status=$?
   ncu --import "$build_dir/own-kernel.ncu-rep" --page source --csv --print-source sass \
     >"$logs/own-kernel-source.csv" 2>>"$logs/kernel-profile.txt" || status=$?

@@ -228,7 +228,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   };
   // lse and delta of a step's rows, one per thread of the first 64: read from global memory a step
   // ahead into registers (the load's latency hidden behind the current step's products), stored
-  // into their stage at the step's end.
+  // into their stage before the step's dQ.
   const auto fetch_row_terms = [&](int step) {
     RowTerms terms;
     const QueryStep at = step_at(step);
@@ -349,6 +349,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     Tensor score_grads_operand = as_operand_a(score_grads);
     issue_warpgroup_mma<false>(mma_key_grads, probabilities, tKrdOt(_, _, _, stage), dV);
     issue_warpgroup_mma<false>(mma_key_grads, score_grads_operand, tKrQt(_, _, _, stage), dK);
+    // The next step's lse and delta into the other stage, which was last read before this step's
+    // first barrier and is next read after its second.
+    if (has_next) store_row_terms(next_terms, stage ^ 1);
     // dS written by every thread, seen by the tensor cores' reads (the async proxy); the previous
     // step's dQ read out of shared memory by the TMA unit before this step's overwrites it.
     cutlass::arch::fence_view_async_shared();
@@ -368,7 +371,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     } else {
       warpgroup_wait<0>();
     }
-    if (has_next) store_row_terms(next_terms, stage ^ 1);
   }
   if (thread == 0) tma_store_wait<0>();  // the last dQ read out before the CTA's shared memory goes
 
