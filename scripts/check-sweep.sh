@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs `spattn run --check --backward` for every strategy, causal and not, at 1 to 8 ranks, and
 # prints one line per run: the max errors against the fp64 reference (distributed / single
-# device) and the verdict (pass, fail, or error for a run that ended without its report). Needs a
-# build (scripts/build.sh). Extra arguments go to every run, e.g. --dtype fp32. Strategies that do not exist at a rank count (hamilton at 4 and 6 ranks)
+# device), the largest ratio of the two (worst) and the verdict (pass, fail, or error for a run
+# that ended without its report). Needs a build (scripts/build.sh). Extra arguments go to every
+# run, e.g. --dtype fp32. Strategies that do not exist at a rank count (hamilton at 4 and 6 ranks)
 # are listed as such. SPATTN_SWEEP_PASS=forward checks the forward alone (out and lse);
 # SPATTN_SWEEP_ALGOS="ring stripe" runs those strategies alone.
 # SPATTN_SWEEP_DOC_LENS=L1,L2,... runs every strategy that takes packed documents on those
@@ -40,7 +41,7 @@ PY
 }
 
 failed=0
-printf '%-10s %-6s %-6s %-6s %-21s %-21s %-21s %-21s %-21s %s\n' algo ranks causal seq out lse dq dk dv check
+printf '%-10s %-6s %-6s %-6s %-21s %-21s %-21s %-21s %-21s %-10s %s\n' algo ranks causal seq out lse dq dk dv worst check
 read -r -a entries <<<"${SPATTN_SWEEP_ALGOS:-ring zigzag stripe ulysses hamilton hamilton2 allgather usp}"
 [[ -n ${SPATTN_SWEEP_DOC_LENS:-} && " ${entries[*]} " == *" allgather "* ]] && entries+=(allgather:whole_sequence)
 for entry in "${entries[@]}"; do
@@ -78,13 +79,21 @@ import json, sys
 algo, ranks, causal, line = sys.argv[1:]
 report = json.loads(line)
 errors = report["max_errors"]
+names = [name for name in ("out", "lse", "dq", "dk", "dv") if name in errors]
 cells = ["%.2e/%.2e" % (errors[name]["distributed"], errors[name]["single_rank"]) if name in errors else "-"
          for name in ("out", "lse", "dq", "dk", "dv")]
-print("%-10s %-6s %-6s %-6s %s %s" % (algo, ranks, causal, report["shape"]["seq"],
-                                       " ".join("%-21s" % c for c in cells), report["check"]))
+# The worst ratio of distributed to single-device error (a zero single-device error counts as equal
+# when the distributed one is zero too).
+def ratio(name):
+    distributed, single = errors[name]["distributed"], errors[name]["single_rank"]
+    return distributed / single if single > 0 else (1.0 if distributed == 0 else float("inf"))
+worst = max(names, key=ratio)
+print("%-10s %-6s %-6s %-6s %s %-3s %-6s %s" % (algo, ranks, causal, report["shape"]["seq"],
+                                                " ".join("%-21s" % c for c in cells), worst,
+                                                "%.2fx" % ratio(worst), report["check"]))
 PY
     done
   done
 done
-echo "cells: distributed / single-device max |error| against fp64"
+echo "cells: distributed / single-device max |error| against fp64; worst: the largest ratio of the two"
 exit $failed

@@ -16,7 +16,8 @@
 #   sweep        `spattn run --device cuda --check --backward` for every strategy, causal and not,
 #                at SPATTN_SWEEP_RANKS ranks (default 1 2 3 8) over the machine's GPUs; with
 #                SPATTN_SWEEP_DOC_LENS=L1,L2,... on those packed documents (scripts/check-sweep.sh);
-#                SPATTN_SWEEP_KERNEL=own|cudnn passes --kernel (default: automatic)
+#                SPATTN_SWEEP_KERNEL=own|cudnn passes --kernel (default: automatic); sweep-summary.txt
+#                has one line per run ending in PASS, FAIL or ERROR with its worst error ratio
 #   forward-sweep  the same without --backward (out and lse only), for each --kernel in
 #                SPATTN_SWEEP_KERNELS (default own cudnn): forward-sweep-KERNEL.log
 #   faults       StalledRankOnGpus and PlanMemoryOnGpus at one rank per GPU (SPATTN_FAULTS_FILTER, a
@@ -389,11 +390,24 @@ else
   record ctest skipped "no build"
 fi
 
+gpus="$(nvidia-smi --list-gpus 2>/dev/null | wc -l)"
+device_name="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | tr -d ',')"
+
 # ---- sweep ---------------------------------------------------------------------------------------------
 # Sets runs and failures: the runs a check-sweep.sh log lists and those that fail or ended in an error.
 count_sweep_runs() {
   runs="$(grep -cE ' (pass|fail|error)$' "$1")"
   failures="$(grep -cE ' (fail|error)$' "$1")"
+}
+# Writes the sweep log $1 as its summary $2: one line per run ending in PASS, FAIL or ERROR, with its
+# worst ratio of distributed to one-device error (committed as bench/results/sweep-MACHINE-DATE.txt).
+write_sweep_summary() {
+  {
+    echo "# $device_name x$gpus, $(date -u +%F): scripts/check-sweep.sh --device cuda" \
+      "${SPATTN_SWEEP_KERNEL:+--kernel $SPATTN_SWEEP_KERNEL} (bf16, head dim 64, forward and backward)"
+    awk '/ (pass|fail)$/ { printf "%-10s ranks %-2s causal %-3s seq %-5s worst %-3s %-8s %s\n", $1, $2, $3, $4, $10, $11, toupper($12) }
+         / error$/ { printf "%-10s ranks %-2s causal %-3s ended without its report ERROR\n", $1, $2, $3 }' "$1"
+  } >"$2"
 }
 
 if ! wants sweep; then
@@ -404,6 +418,7 @@ elif ((built)); then
       ${SPATTN_SWEEP_KERNEL:+--kernel "$SPATTN_SWEEP_KERNEL"} >"$logs/sweep.log" 2>&1
   status=$?
   count_sweep_runs "$logs/sweep.log"
+  write_sweep_summary "$logs/sweep.log" "$logs/sweep-summary.txt"
   if [[ $status -eq 0 && $failures -eq 0 ]]; then
     record sweep passed "$runs runs checked"
   else
@@ -432,9 +447,6 @@ elif ((built)); then
 else
   record forward-sweep skipped "no build"
 fi
-
-gpus="$(nvidia-smi --list-gpus 2>/dev/null | wc -l)"
-device_name="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | tr -d ',')"
 
 # ---- faults --------------------------------------------------------------------------------------------
 # The reliability tests alone, at every GPU (one rank each, so NCCL runs too): a rank stalled at
