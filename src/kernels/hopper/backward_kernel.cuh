@@ -33,6 +33,7 @@
 #include "kernels/hopper/hopper_support.hpp"
 #include "kernels/hopper/key_tile_plan.hpp"
 #include "kernels/hopper/online_softmax.cuh"
+#include "kernels/hopper/shared_storage.cuh"
 #include "kernels/hopper/warpgroup_mma.cuh"
 
 namespace spattn::cuda::hopper {
@@ -152,9 +153,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     backward_kernel(const __grid_constant__ BackwardParams<Traits> params) {
   using Element = typename Traits::Element;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
-  extern __shared__ char shared_bytes[];
-  auto& shared = *reinterpret_cast<typename Traits::SharedStorage*>((reinterpret_cast<uintptr_t>(shared_bytes) + 1023) &
-                                                                    ~uintptr_t{1023});
+  auto& shared = aligned_shared_storage<typename Traits::SharedStorage>();
   const BackwardProblem& problem = params.problem;
   const int thread = threadIdx.x;
   const int warpgroup = thread / 128;
