@@ -40,6 +40,11 @@ Launcher launcher_for(int64_t head_dim, DType dtype) {
 
 bool built(int64_t head_dim) { return launcher_for(head_dim, DType::bf16) != nullptr; }
 
+/// The key tiles of `kv`, one CTA per kv head and batch each.
+int64_t key_tiles_of(const KvSegment& kv) {
+  return (kv.k.size(1) + hopper::kBackwardKeyTile - 1) / hopper::kBackwardKeyTile;
+}
+
 /// "" when `tensor` has `like`'s shape (with `heads` heads), is fp32 with head_dim contiguous and
 /// non-negative strides (the kernel adds single floats into it); otherwise why not.
 std::string fp32_accumulator(const TensorView& tensor, const char* name, const TensorView& like) {
@@ -85,7 +90,7 @@ std::string block_unsupported(const BackwardBlock& block) {
     if (!(reason = hopper::key_values_unsupported(kOwnBackward, kv, q)).empty()) return reason;
     if (!(reason = fp32_accumulator(segment.dk, "dk", kv.k)).empty()) return reason;
     if (!(reason = fp32_accumulator(segment.dv, "dv", kv.k)).empty()) return reason;
-    key_tiles += (kv.k.size(1) + hopper::kBackwardKeyTile - 1) / hopper::kBackwardKeyTile;
+    key_tiles += key_tiles_of(kv);
   }
   // One CTA per (key tile, kv head, batch) in a one-dimensional grid.
   const int64_t kv_heads = block.segments.empty() ? 0 : block.segments.front().kv.k.size(2);
@@ -155,7 +160,7 @@ void hopper_backward(const BackwardBlock& block, cudaStream_t stream) {
     keys.keys = static_cast<int32_t>(kv.k.size(1));
     keys.position = kv.position;
     keys.first_tile = problem.key_tiles;
-    problem.key_tiles += static_cast<int32_t>((kv.k.size(1) + hopper::kBackwardKeyTile - 1) / hopper::kBackwardKeyTile);
+    problem.key_tiles += static_cast<int32_t>(key_tiles_of(kv));
     problem.kv_heads = static_cast<int32_t>(kv.k.size(2));
     if (problem.num_segments == kMaxSegmentsPerLaunch) launch_segments();
   }
