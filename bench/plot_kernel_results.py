@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import sys
 from collections import defaultdict
 from typing import Sequence
 
@@ -98,6 +99,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--markdown", help="the tables (markdown); printed when not given")
     args = parser.parse_args(argv)
     rates = read_rates(args.csv)
+    if not rates:
+        sys.exit(f"{args.csv}: no rows of results to draw (did the benchmark run?)")
     tables = markdown_tables(rates)
     if args.markdown:
         with open(args.markdown, "w") as stream:

@@ -4,8 +4,9 @@
 #   build        googletest from source if no package has it, then cmake -DSPATTN_CUDA=ON, Release
 #   softmax-overlap  scripts/check-softmax-overlap.py on the own kernels' objects: in the SASS of
 #                every key loop the softmax runs beside O's product (softmax-overlap.log)
-#   gpu-tests    spattn_gpu_tests (the CUDA kernels against the CPU kernels), then spattn_conformance's
-#                CUDA rows (every BlockKernels operation of kernels own and cudnn against the fp64
+#   gpu-tests    spattn_gpu_tests (the CUDA kernels against the CPU kernels); a test that needs more
+#                GPUs than the machine has may skip, any other skip fails the stage
+#   conformance  spattn_conformance's CUDA rows (every BlockKernels operation of kernels own and cudnn against the fp64
 #                reference; conformance.log) and the same cases' throughput (conformance-perf.log;
 #                SPATTN_CONFORMANCE_PERF_ARGS, default --scale 32)
 #   memcheck     the same under compute-sanitizer --tool memcheck (skipped where it is missing)
@@ -45,8 +46,8 @@
 #   torch-bench  PyTorch's context_parallel on every GPU into the same bench.csv (torch.log;
 #                TORCH_BENCH_ARGS adds options, '|' between the option sets of separate runs);
 #                bench.md and bench.png then plot both
-# SPATTN_DEVICE_STAGES picks the stages after the build (default: softmax-overlap gpu-tests memcheck
-# racecheck synccheck ctest sweep).
+# SPATTN_DEVICE_STAGES picks the stages after the build (default: softmax-overlap gpu-tests conformance
+# memcheck racecheck synccheck ctest sweep).
 # A failing stage does not stop the later ones; the exit status is non-zero when any failed.
 # Logs go to $OUT (the device tool brings them back), or to build-device/logs when OUT is unset:
 # environment.log, build.log, gpu-tests.log, memcheck.log, racecheck.log, ctest.log,
@@ -118,8 +119,15 @@ summary="$logs/summary.txt"
 jobs="$(nproc)"
 budget_s="${SPATTN_DEVICE_BUDGET_S:-570}"
 any_failed=0
-stages=" ${SPATTN_DEVICE_STAGES:-softmax-overlap gpu-tests memcheck racecheck synccheck ctest sweep} "
-wants() { [[ "$stages" == *" $1 "* ]]; }
+stages=" ${SPATTN_DEVICE_STAGES:-softmax-overlap gpu-tests conformance memcheck racecheck synccheck ctest sweep} "
+# wants STAGE: STAGE was asked for and the budget has time left to begin it (else its summary line
+# says the budget was spent, so a stage never starts with a one-second timeout and reads as failed).
+wants() {
+  [[ "$stages" == *" $1 "* ]] || return 1
+  ((budget_s - SECONDS >= 15)) && return 0
+  record "$1" skipped "the ${budget_s}s budget was spent before it began"
+  return 1
+}
 
 # mpirun refuses root unless told; the GPU machines run commands as root. NVLink multicast stays
 # off on shared hosts (KINDS.md).
@@ -140,6 +148,15 @@ seconds_left() {
 }
 
 # The counts of a GoogleTest log: "passed=N failed=N skipped=N".
+# skips_not_for_gpu_count LOG: the skipped tests of LOG other than those that need more GPUs than
+# the machine has (their message: "needs two GPUs, has 1").
+skips_not_for_gpu_count() {
+  local skipped for_gpus
+  skipped="$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) test.*/\1/p' "$1" | tail -1)"
+  for_gpus="$(grep -cE '^needs [a-z0-9]+ GPUs, has [0-9]+' "$1")"
+  echo $((${skipped:-0} - for_gpus))
+}
+
 gtest_counts() {
   local passed failed skipped
   passed="$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$1" | tail -1)"
@@ -284,12 +301,20 @@ elif ((built)); then
   counts="$(gtest_counts "$logs/gpu-tests.log")"
   if [[ $status -ne 0 ]]; then
     record gpu-tests failed "exit $status; $counts"
-  elif [[ "$counts" != *"skipped=0"* ]]; then
+  elif (($(skips_not_for_gpu_count "$logs/gpu-tests.log") > 0)); then
     # On a GPU machine a skip means the tests did not see the GPU: that is a failure here.
     record gpu-tests failed "$counts: tests skipped on a GPU machine (no CUDA device seen)"
   else
     record gpu-tests passed "$counts"
   fi
+else
+  record gpu-tests skipped "no build"
+fi
+
+# ---- conformance --------------------------------------------------------------------------------------
+if ! wants conformance; then
+  :
+elif ((built)); then
   # The conformance suite's CUDA targets. Its skips are the cases a target refuses (fp32, own's
   # head dims); a target skipped as unavailable did not see the GPU: a failure here, as above.
   conformance="$build_dir/tests/conformance/spattn_conformance"
@@ -319,7 +344,7 @@ elif ((built)); then
     else record conformance-perf failed "exit $status; $timed cases timed: see conformance-perf.log"; fi
   fi
 else
-  record gpu-tests skipped "no build"
+  record conformance skipped "no build"
 fi
 
 # ---- memcheck, racecheck ------------------------------------------------------------------------------
