@@ -6,6 +6,7 @@
 #                every key loop the softmax runs beside O's product (softmax-overlap.log)
 #   gpu-tests    spattn_gpu_tests (the CUDA kernels against the CPU kernels); a test that needs more
 #                GPUs than the machine has may skip, any other skip fails the stage
+#                (SPATTN_GPU_TESTS_FILTER, a --gtest_filter, narrows them)
 #   conformance  spattn_conformance's CUDA rows (every BlockKernels operation of kernels own and cudnn against the fp64
 #                reference; conformance.log) and the same cases' throughput (conformance-perf.log;
 #                SPATTN_CONFORMANCE_PERF_ARGS, default --scale 32)
@@ -296,7 +297,8 @@ fi
 if ! wants gpu-tests; then
   :
 elif ((built)); then
-  timeout "$(seconds_left)" "$gpu_tests" --gtest_color=no >"$logs/gpu-tests.log" 2>&1
+  timeout "$(seconds_left)" "$gpu_tests" --gtest_color=no --gtest_filter="${SPATTN_GPU_TESTS_FILTER:-*}" \
+    >"$logs/gpu-tests.log" 2>&1
   status=$?
   counts="$(gtest_counts "$logs/gpu-tests.log")"
   if [[ $status -ne 0 ]]; then

@@ -3,16 +3,15 @@
 // (bench/kernel-notes.md tracks its speed).
 // - one CTA per (key tile of 128 keys of a segment, kv head, batch), the key tiles that see the
 //   most query rows launched first (the causal diagonal's work shrinks along the keys); its two
-//   warpgroups own 64
-//   keys each and loop over every query tile (64 rows) of every query head of the GQA group that
-//   sees a key of the tile; K and V are loaded once, Q and dO by the tensor memory accelerator
+//   warpgroups own 64 keys each and loop over every query tile (64 rows) of every query head of
+//   the GQA group that sees a key of the tile; K and V are loaded once, Q and dO by the tensor memory accelerator
 //   (TMA) into two stages, the next tile's while this one's products run;
 // - per query tile, with the scores transposed (keys as rows, so that P^T and dS^T come out of
 //   the accumulators already as the A operands of the next products): S^T = K Q^T and
 //   dP^T = V dO^T by wgmma, P^T = exp(scale S^T - lse), dS^T = P^T (dP^T - delta) in fp32;
 //   dV += P^T dO and dK += dS^T Q by wgmma with P^T and dS^T from registers, dK and dV staying in
-//   fp32 registers over the whole loop; dS through shared memory for dQ = dS K, which goes
-//   through shared memory in fp32 and is added into the block's fp32 dq by the TMA unit's
+//   fp32 registers over the whole loop; dS through shared memory (stmatrix) for dQ = dS K, which
+//   goes through shared memory in fp32 and is added into the block's fp32 dq by the TMA unit's
 //   reduce-add (several key tiles add to each row: one bulk operation per step instead of 32-64
 //   scalar atomics per thread, which bounded b1 at about a quarter of cuDNN's speed);
 // - at the end dK and dV are added into the segment's fp32 dk and dv, once per key (this CTA owns
@@ -84,10 +83,19 @@ struct BackwardTraits {
   // dS as (rows, keys), keys contiguous: the K-major A operand of dQ = dS K.
   using SmemScoreGrads =
       decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Element>{}, Shape<Int<kBlockM>, Int<kBlockN>>{}));
+  // The same bytes as (keys, rows), the shape of the dS^T accumulator that stores them.
+  using SmemScoreGradsTransposed = decltype(composition(
+      SmemScoreGrads{}, make_layout(Shape<Int<kBlockN>, Int<kBlockM>>{}, Stride<Int<kBlockM>, _1>{})));
   // dQ of a step in fp32, (rows, head_dim), as the TMA unit reads it to add into dq: 128-byte
   // swizzled, so that a warp's stores of its accumulator rows fall on different banks.
   using SmemQueryGrad =
       decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<float>{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+
+  // Register-to-shared stores of dS^T and dQ: stmatrix.trans writes each warp's 8x8 blocks of
+  // dS^T as rows of eight contiguous keys (four instructions per thread instead of 32 scalar
+  // stores); dQ's fp32 column pairs go as 64-bit stores.
+  using StoreScoreGrads = decltype(make_tiled_copy_C(Copy_Atom<SM90_U16x8_STSM_T, Element>{}, MmaScores{}));
+  using StoreQueryGrad = decltype(make_tiled_copy_C(Copy_Atom<UniversalCopy<uint64_t>, float>{}, MmaQueryGrad{}));
 
   using GmemShape = Shape<int32_t, int32_t, int32_t, int32_t>;  // (tokens, D, heads, B)
   using GmemStrides = Stride<int64_t, _1, int64_t, int64_t>;    // head_dim contiguous
@@ -193,6 +201,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   Tensor sdOt = make_tensor(make_smem_ptr(shared.dout), typename Traits::SmemRowsTransposed{});
   Tensor sdS = make_tensor(make_smem_ptr(shared.score_grads), typename Traits::SmemScoreGrads{});
   Tensor sdQ = make_tensor(make_smem_ptr(shared.query_grad), typename Traits::SmemQueryGrad{});
+  // The stores' views of dS and dQ: the swizzle applied to element offsets from the storage's
+  // shared-memory address (both 1024-byte aligned), not to the generic 64-bit pointer as CuTe's
+  // swizzled pointers do. The compiler then knows them for shared memory and holds 32-bit
+  // addresses: with generic ones ptxas spilled 640 bytes a thread, its largest stall in b2a.
+  Tensor sdSt_stores = as_position_independent_swizzle_tensor(
+      make_tensor(make_smem_ptr(shared.score_grads), typename Traits::SmemScoreGradsTransposed{}));
+  Tensor sdQ_stores = as_position_independent_swizzle_tensor(sdQ);
 
   const auto barrier_word = [](cutlass::arch::ClusterTransactionBarrier& barrier) -> uint64_t& {
     return reinterpret_cast<cutlass::arch::ClusterTransactionBarrier::ValueType&>(barrier);
@@ -287,7 +302,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   Tensor tKrdOt = thread_key_grads.partition_fragment_B(sdOt);
   Tensor tQrdS = thread_query_grad.partition_fragment_A(sdS);  // (MMA, MMA_M, MMA_K)
   Tensor tQrKt = thread_query_grad.partition_fragment_B(sKt);  // (MMA, MMA_N, MMA_K)
-  Tensor tQsdQ = thread_query_grad.partition_C(sdQ);           // (MMA, MMA_M, MMA_N) fp32
+  typename Traits::StoreScoreGrads store_score_grads;
+  typename Traits::StoreQueryGrad store_query_grad;
+  auto thread_store_score_grads = store_score_grads.get_thread_slice(thread);
+  auto thread_store_query_grad = store_query_grad.get_thread_slice(thread % (128 * Traits::kQueryGradWarpgroups));
+  Tensor tSsdSt = thread_store_score_grads.partition_D(sdSt_stores);  // (CPY, CPY_M, CPY_N)
+  Tensor tQsdQ = thread_store_query_grad.partition_D(sdQ_stores);     // (CPY, CPY_M, CPY_N) fp32
   // (key, row) of each score this thread holds; (key, d) of each dK, dV element; (row, d) of dQ's
   Tensor score_coordinates = thread_scores.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kBlockM>>{}));
   Tensor key_grad_coordinates =
@@ -329,23 +349,28 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     warpgroup_wait<0>();
     CUTE_UNROLL
     for (int i = 0; i < size(scores); ++i) {
-      const int key = get<0>(score_coordinates(i)), row = get<1>(score_coordinates(i));
+      const int row = get<1>(score_coordinates(i));
       score_grads(i) = scores(i) * (score_grads(i) - shared.delta[stage][row]);
-      sdS(row, key) = static_cast<Element>(score_grads(i));
     }
-    // P^T and dS^T in 16 bits as the A operands of dV += P^T dO and dK += dS^T Q.
-    const auto as_operand_a = [](auto& accumulator) {
-      Tensor operand =
-          make_tensor_like<Element>(make_tensor(accumulator.data(), accumulator_as_operand_a(accumulator.layout())));
+    // P^T and dS^T in 16 bits, in the accumulators' layout.
+    const auto rounded = [](auto const& accumulator) {
+      Tensor result = make_tensor_like<Element>(accumulator);
       Tensor from = recast<cutlass::Array<float, 2>>(accumulator);
-      Tensor to = recast<cutlass::Array<Element, 2>>(operand);
+      Tensor to = recast<cutlass::Array<Element, 2>>(result);
       cutlass::NumericArrayConverter<Element, float, 2> convert;
       CUTE_UNROLL
       for (int i = 0; i < size(from); ++i) to(i) = convert(from(i));
-      return operand;
+      return result;
     };
-    Tensor probabilities = as_operand_a(scores);
-    Tensor score_grads_operand = as_operand_a(score_grads);
+    Tensor probabilities_rounded = rounded(scores);
+    Tensor score_grads_rounded = rounded(score_grads);
+    copy(store_score_grads, thread_store_score_grads.retile_S(score_grads_rounded), tSsdSt);
+    // The same registers as the A operands of dV += P^T dO and dK += dS^T Q.
+    const auto as_operand_a = [](auto& fragment) {
+      return make_tensor(fragment.data(), accumulator_as_operand_a(fragment.layout()));
+    };
+    Tensor probabilities = as_operand_a(probabilities_rounded);
+    Tensor score_grads_operand = as_operand_a(score_grads_rounded);
     issue_warpgroup_mma<false>(mma_key_grads, probabilities, tKrdOt(_, _, _, stage), dV);
     issue_warpgroup_mma<false>(mma_key_grads, score_grads_operand, tKrQt(_, _, _, stage), dK);
     // The next step's lse and delta into the other stage, which was last read before this step's
@@ -361,7 +386,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       issue_warpgroup_mma<true>(mma_query_grad, tQrdS, tQrKt, dQ);
       warpgroup_wait<0>();
       CUTE_UNROLL
-      for (int i = 0; i < size(dQ); ++i) tQsdQ(i) = problem.scale * dQ(i);
+      for (int i = 0; i < size(dQ); ++i) dQ(i) *= problem.scale;
+      copy(store_query_grad, thread_store_query_grad.retile_S(dQ), tQsdQ);
       // Every dQ thread's stores seen by the TMA unit before thread 0 issues the add (rows past
       // the query count fall outside dq's TMA tensor and are not added).
       tma_store_fence();
