@@ -2,9 +2,12 @@
 // against the ideal, which is one GPU running the whole global sequence with the same block
 // kernel (DistributedAttention at one rank: a single block, no communication). Rows
 // `cudnn_call_one_gpu` time one cuDNN call over the whole sequence alone, `own_call_one_gpu` one
-// own-kernel forward (sm_90), without the plan's merges and copies; rows `spattn_local_shard` one
-// GPU on one rank's shard alone (tokens per GPU, no communication). --kernel picks the plans' block
-// kernels (default auto: the own forward on sm_90, cuDNN elsewhere and for every backward).
+// own-kernel call (sm_90; forward+backward where the own backward takes the shape), without the
+// plan's merges and copies; rows `spattn_local_shard` one GPU on one rank's shard alone (tokens
+// per GPU, no communication). --kernel picks the plans' block kernels (default auto: the own
+// forward on sm_90, cuDNN elsewhere and for every backward); a list (--kernel own,cudnn) runs the
+// plans' rows once per choice in the same run, each named spattn_<kernel>, so that one command
+// compares them (bench/plot_results.py draws them apart).
 // Peak MiB (peak_memory_mib in the CSV): device memory of forward+backward at its peak on the
 // rank that needs most, spattn's own (memory_statistics: workspaces, cuDNN's) plus the caller's
 // tensors (q, k, v, out, lse, dout, dq, dk, dv).
@@ -20,7 +23,7 @@
 //   mpirun -np N spattn_gpu_bench [--algos ring,zigzag,ulysses,hamilton,allgather,usp]
 //       [--tokens-per-gpu 8192,32768,65536] [--heads 32] [--kv-heads 32,8] [--head-dim 128]
 //       [--batch 1] [--dtype bf16] [--causal both|yes|no] [--warmup 2] [--iters 5]
-//       [--transport auto] [--kernel auto|own|cudnn] [--no-ideal] [--csv PATH] [--device-name TEXT]
+//       [--transport auto] [--kernel auto|own|cudnn[,...]] [--no-ideal] [--csv PATH] [--device-name TEXT]
 //       [--documents M] [--document-seed 1]
 //
 // FLOP by the flash-attention convention over the global sequence S: forward 4 B H S^2 D, half of
@@ -49,7 +52,10 @@
 
 #include "bench_options.hpp"
 #include "bench_tensor.hpp"
+#include "core/cuda/cuda_check.hpp"
+#include "kernels/cuda/cuda_elementwise_kernels.hpp"
 #include "kernels/cuda/cudnn_attention.hpp"
+#include "kernels/hopper/hopper_backward.hpp"
 #include "kernels/hopper/hopper_forward.hpp"
 #include "spattn/device_communicator.hpp"
 #include "spattn/device_memory.hpp"
@@ -75,7 +81,7 @@ struct BenchOptions {
   int warmup = 2;
   int iterations = 5;
   std::string transport = "auto";
-  KernelChoice kernel = KernelChoice::automatic;
+  std::vector<KernelChoice> kernels = {KernelChoice::automatic};
   bool ideal = true;
   std::string csv;
   std::string device_name = "gpu";
@@ -109,8 +115,8 @@ BenchOptions parse(int argc, char** argv) {
       SPATTN_CHECK(options.dtype != DType::f32, "--dtype: the CUDA kernels take bf16 or fp16");
     } else if (flag == "--causal") {
       const std::string which = value();
-      SPATTN_CHECK(which == "both" || which == "yes" || which == "no", "--causal expects both, yes or no, got '"
-                                                                          << which << "'");
+      SPATTN_CHECK(which == "both" || which == "yes" || which == "no",
+                   "--causal expects both, yes or no, got '" << which << "'");
       options.causal = which == "both" ? std::vector<bool>{false, true} : std::vector<bool>{which == "yes"};
     } else if (flag == "--warmup") {
       options.warmup = static_cast<int>(parse_counts(flag, value()).front());
@@ -119,7 +125,13 @@ BenchOptions parse(int argc, char** argv) {
     } else if (flag == "--transport") {
       options.transport = value();
     } else if (flag == "--kernel") {
-      options.kernel = parse_kernel_choice(value());
+      options.kernels.clear();
+      for (const std::string& name : split_list(value())) {
+        const KernelChoice kernel = parse_kernel_choice(name);
+        SPATTN_CHECK(std::find(options.kernels.begin(), options.kernels.end(), kernel) == options.kernels.end(),
+                     "--kernel names " << name << " twice");
+        options.kernels.push_back(kernel);
+      }
     } else if (flag == "--no-ideal") {
       options.ideal = false;
     } else if (flag == "--csv") {
@@ -233,28 +245,57 @@ PassTimes time_cudnn_alone(Communicator& alone, const AttentionShape& shape, boo
   return times;
 }
 
-// One own-kernel call over the whole sequence (out in the input dtype through final_out, as a
-// whole-sequence call writes it), forward only: what the plan's forward at one rank adds to it.
-PassTimes time_own_forward_alone(Communicator& alone, const AttentionShape& shape, bool causal, const BenchOptions& options) {
+// One own-kernel call over the whole sequence, with no merge, conversion or plan around it: the
+// forward (out in the input dtype through final_out, as a whole-sequence call writes it), and
+// forward+backward where the own backward takes the shape (its fp32 dq, dk, dv zeroed, delta =
+// rowsum(dout * out), then the kernel: what a backward of its own needs, as spattn_kernel_bench
+// times it). What the plans' own-kernel rows are measured against.
+PassTimes time_own_call_alone(Communicator& alone, const AttentionShape& shape, bool causal,
+                              const BenchOptions& options) {
   const Device device = alone.device();
   const int64_t B = shape.batch, S = shape.seq, H = shape.heads, HK = shape.kv_heads, D = shape.head_dim;
   const BenchTensor q(device, shape.dtype, {B, S, H, D}, 5), k(device, shape.dtype, {B, S, HK, D}, 6),
-      v(device, shape.dtype, {B, S, HK, D}, 7), out(device, shape.dtype, {B, S, H, D}, 0);
-  const BenchTensor running_out(device, DType::f32, {B, S, H, D}, 0), lse(device, DType::f32, {B, H, S}, 0);
-  ForwardBlock block;
-  block.q = q.view();
-  block.segments = {KvSegment{k.view(), v.view(), 0}};
-  block.mask = AttentionMask{-1, causal ? 0 : -1};
-  block.scale = 1.0f / std::sqrt(static_cast<float>(D));
-  block.out = running_out.view();
-  block.lse = lse.view();
-  block.final_out = out.view();
-  const std::string unsupported = cuda::hopper_forward_unsupported(block);
+      v(device, shape.dtype, {B, S, HK, D}, 7), dout(device, shape.dtype, {B, S, H, D}, 8),
+      out(device, shape.dtype, {B, S, H, D}, 0);
+  const BenchTensor running_out(device, DType::f32, {B, S, H, D}, 0), lse(device, DType::f32, {B, H, S}, 0),
+      delta(device, DType::f32, {B, H, S}, 0);
+  const BenchTensor dq(device, DType::f32, {B, S, H, D}, 0), dk(device, DType::f32, {B, S, HK, D}, 0),
+      dv(device, DType::f32, {B, S, HK, D}, 0);
+  const AttentionMask mask{-1, causal ? 0 : -1};
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  ForwardBlock forward_block;
+  forward_block.q = q.view();
+  forward_block.segments = {KvSegment{k.view(), v.view(), 0}};
+  forward_block.mask = mask;
+  forward_block.scale = scale;
+  forward_block.out = running_out.view();
+  forward_block.lse = lse.view();
+  forward_block.final_out = out.view();
+  const std::string unsupported = cuda::hopper_forward_unsupported(forward_block);
   SPATTN_CHECK(unsupported.empty(), "the own forward: " << unsupported);
-  PassTimes times;
+  BackwardBlock backward_block;
+  backward_block.q = q.view();
+  backward_block.segments = {KvGradSegment{KvSegment{k.view(), v.view(), 0}, dk.view(), dv.view()}};
+  backward_block.dout = dout.view();
+  backward_block.lse = lse.view();
+  backward_block.delta = delta.view();
+  backward_block.mask = mask;
+  backward_block.scale = scale;
+  backward_block.dq = dq.view();
   const cuda::hopper::QueryTileCounter tile_counter(device);
-  times.forward_ms = time_calls(alone, device, options.warmup, options.iterations,
-                                [&] { cuda::hopper_forward(block, nullptr, &tile_counter); });
+  cuda::CudaElementwiseKernels elementwise(device, nullptr);
+  const auto forward = [&] { cuda::hopper_forward(forward_block, nullptr, &tile_counter); };
+  const auto forward_backward = [&] {
+    forward();
+    for (const BenchTensor* gradient : {&dq, &dk, &dv})
+      SPATTN_CUDA_CHECK(cudaMemsetAsync(gradient->view().data, 0, gradient->bytes(), nullptr));
+    elementwise.softmax_delta(out.view(), dout.view(), delta.view());
+    cuda::hopper_backward(backward_block, nullptr);
+  };
+  PassTimes times;
+  times.forward_ms = time_calls(alone, device, options.warmup, options.iterations, forward);
+  if (cuda::hopper_backward_unsupported(backward_block).empty())
+    times.forward_backward_ms = time_calls(alone, device, options.warmup, options.iterations, forward_backward);
   return times;
 }
 
@@ -346,8 +387,8 @@ struct Row {
 };
 
 void write_header() {
-  std::printf("\n%-18s %-10s %4s %8s %4s %6s %-17s %10s %9s %9s %8s %9s\n", "implementation", "algorithm", "gpus", "tok/gpu",
-              "HK", "causal", "pass", "ms", "TFLOP/s", "ideal", "% ideal", "peak MiB");
+  std::printf("\n%-18s %-10s %4s %8s %4s %6s %-17s %10s %9s %9s %8s %9s\n", "implementation", "algorithm", "gpus",
+              "tok/gpu", "HK", "causal", "pass", "ms", "TFLOP/s", "ideal", "% ideal", "peak MiB");
   std::fflush(stdout);
 }
 
@@ -373,8 +414,10 @@ void write_rows(const BenchOptions& options, const std::vector<Row>& rows) {
         << options.batch << "," << options.heads << "," << row.kv_heads << "," << options.head_dim << ","
         << row.tokens_per_gpu << "," << (row.causal ? 1 : 0) << "," << dtype_name(options.dtype) << "," << row.pass
         << "," << row.ms << "," << row.tflops << ",";
-    if (row.ideal_tflops > 0) csv << row.ideal_tflops << "," << 100 * row.tflops / row.ideal_tflops;
-    else csv << ",";
+    if (row.ideal_tflops > 0)
+      csv << row.ideal_tflops << "," << 100 * row.tflops / row.ideal_tflops;
+    else
+      csv << ",";
     csv << "," << row.peak_mib << "\n";
   }
 }
@@ -458,9 +501,8 @@ void time_documents(Communicator& world, Communicator& communicator, Communicato
     AttentionShape padded = shape;
     padded.seq = plan_document_layout(algorithm, gpus, split_attention, strategy).sequence_layout().global_length();
     announce(world, name + " " + label, causal, padded.seq);
-    const std::optional<PassTimes> measured = measure_on_every_rank(world, label, [&] {
-      return time_strategy(world, communicator, algorithm, padded, split_attention, options);
-    });
+    const std::optional<PassTimes> measured = measure_on_every_rank(
+        world, label, [&] { return time_strategy(world, communicator, algorithm, padded, split_attention, options); });
     if (!measured) continue;
     if (world.rank() == 0)
       std::printf("%s work per rank: the most over the mean %.4f (%lld tokens of padding)\n", label.c_str(),
@@ -481,6 +523,55 @@ void time_documents(Communicator& world, Communicator& communicator, Communicato
   write_and_clear(world, options, rows);
 }
 
+// The plans' rows of one configuration with `kernel` as their block kernels: one GPU on the whole
+// sequence (the ideal), one GPU on one rank's shard, then every strategy (packed documents: their
+// own rows). Rows are named spattn, or spattn_<kernel> when the kernels are not the default choice.
+void time_plans(Communicator& world, Communicator& communicator, Communicator& alone, const BenchOptions& options,
+                const AttentionShape& shape, bool causal, KernelChoice kernel, int64_t tokens) {
+  AttentionOptions attention;
+  attention.causal = causal;
+  attention.kernel = kernel;
+  const std::string spattn_name = kernel == KernelChoice::automatic ? "spattn" : "spattn_" + kernel_choice_name(kernel);
+  if (options.documents > 0) {
+    time_documents(world, communicator, alone, options, shape, attention, spattn_name, tokens);
+    return;
+  }
+  const int gpus = world.size();
+  const double flop = forward_flop(shape, causal);
+  std::vector<Row> rows;
+  PassTimes ideal;
+  if (options.ideal) {
+    // The whole sequence on one GPU: may fail for want of memory.
+    announce(world, spattn_name + "_one_gpu", causal, shape.seq);
+    ideal = measure_on_every_rank(world, "the ideal", [&] {
+              return time_strategy(alone, alone, Algorithm::ring, shape, attention, options);
+            }).value_or(PassTimes{});
+    add_rows(rows, Row{spattn_name + "_one_gpu", "local", 1, shape.seq, shape.kv_heads, causal}, ideal, flop,
+             PassTimes{});
+    write_and_clear(world, options, rows);
+  }
+  // One GPU on one rank's shard alone (tokens per GPU, no communication): what each strategy's
+  // time and memory per GPU compare with.
+  const AttentionShape shard{shape.batch, tokens, shape.heads, shape.kv_heads, shape.head_dim, shape.dtype};
+  announce(world, spattn_name + "_local_shard", causal, tokens);
+  const PassTimes local = measure_on_every_rank(world, "the local shard", [&] {
+                            return time_strategy(alone, alone, Algorithm::ring, shard, attention, options);
+                          }).value_or(PassTimes{});
+  add_rows(rows, Row{spattn_name + "_local_shard", "local", 1, tokens, shape.kv_heads, causal}, local,
+           forward_flop(shard, causal), PassTimes{});
+  write_and_clear(world, options, rows);
+  for (const std::string& name : options.algorithms) {
+    announce(world, spattn_name + " " + name, causal, shape.seq);
+    // A refused plan (e.g. hamilton at 4 ranks) is refused on every rank alike.
+    const std::optional<PassTimes> measured = measure_on_every_rank(world, name, [&] {
+      return time_strategy(world, communicator, parse_algorithm(name), shape, attention, options);
+    });
+    if (!measured) continue;
+    add_rows(rows, Row{spattn_name, name, gpus, tokens, shape.kv_heads, causal}, *measured, flop, ideal);
+    write_and_clear(world, options, rows);
+  }
+}
+
 int run(int argc, char** argv) {
   const BenchOptions options = parse(argc, argv);
   MpiCommunicator world;
@@ -498,63 +589,27 @@ int run(int argc, char** argv) {
   for (const int64_t kv_heads : options.kv_heads) {
     for (const bool causal : options.causal) {
       for (const int64_t tokens : options.tokens_per_gpu) {
-        AttentionOptions attention;
-        attention.causal = causal;
-        attention.kernel = options.kernel;
-        // spattn's rows name the block kernels when they are not the default choice.
-        const std::string spattn_name =
-            options.kernel == KernelChoice::automatic ? "spattn" : "spattn_" + kernel_choice_name(options.kernel);
-        const AttentionShape shape{options.batch, tokens * gpus, options.heads, kv_heads, options.head_dim,
-                                   options.dtype};
-        if (options.documents > 0) {
-          time_documents(world, *communicator, *alone, options, shape, attention, spattn_name, tokens);
-          continue;
-        }
+        const AttentionShape shape{options.batch, tokens * gpus,    options.heads,
+                                   kv_heads,      options.head_dim, options.dtype};
         const double flop = forward_flop(shape, causal);
-        std::vector<Row> rows;
-        PassTimes ideal;
-        if (options.ideal) {
-          // Each may fail for want of memory: the whole sequence on one GPU.
-          announce(world, spattn_name + "_one_gpu", causal, shape.seq);
-          ideal = measure_on_every_rank(world, "the ideal", [&] {
-                    return time_strategy(*alone, *alone, Algorithm::ring, shape, attention, options);
-                  }).value_or(PassTimes{});
+        if (options.ideal && options.documents == 0) {
+          // One kernel call over the whole sequence, whatever the plans' kernels: may fail for want
+          // of memory.
+          std::vector<Row> rows;
           announce(world, "cudnn_call_one_gpu", causal, shape.seq);
           const PassTimes cudnn = measure_on_every_rank(world, "cuDNN alone", [&] {
                                     return time_cudnn_alone(*alone, shape, causal, options);
                                   }).value_or(PassTimes{});
           announce(world, "own_call_one_gpu", causal, shape.seq);
           const PassTimes own = measure_on_every_rank(world, "the own kernel alone", [&] {
-                                  return time_own_forward_alone(*alone, shape, causal, options);
+                                  return time_own_call_alone(*alone, shape, causal, options);
                                 }).value_or(PassTimes{});
-          for (const auto& [implementation, times] :
-               {std::make_pair(spattn_name + "_one_gpu", ideal), std::make_pair(std::string("cudnn_call_one_gpu"), cudnn),
-                std::make_pair(std::string("own_call_one_gpu"), own)})
-            add_rows(rows, Row{implementation, "local", 1, shape.seq, kv_heads, causal}, times, flop, PassTimes{});
+          add_rows(rows, Row{"cudnn_call_one_gpu", "local", 1, shape.seq, kv_heads, causal}, cudnn, flop, PassTimes{});
+          add_rows(rows, Row{"own_call_one_gpu", "local", 1, shape.seq, kv_heads, causal}, own, flop, PassTimes{});
           write_and_clear(world, options, rows);
         }
-        // One GPU on one rank's shard alone (tokens per GPU, no communication): what each
-        // strategy's time and memory per GPU compare with.
-        {
-          const AttentionShape shard{options.batch, tokens, options.heads, kv_heads, options.head_dim, options.dtype};
-          announce(world, spattn_name + "_local_shard", causal, tokens);
-          const PassTimes local = measure_on_every_rank(world, "the local shard", [&] {
-                                    return time_strategy(*alone, *alone, Algorithm::ring, shard, attention, options);
-                                  }).value_or(PassTimes{});
-          add_rows(rows, Row{spattn_name + "_local_shard", "local", 1, tokens, kv_heads, causal}, local,
-                   forward_flop(shard, causal), PassTimes{});
-          write_and_clear(world, options, rows);
-        }
-        for (const std::string& name : options.algorithms) {
-          announce(world, spattn_name + " " + name, causal, shape.seq);
-          // A refused plan (e.g. hamilton at 4 ranks) is refused on every rank alike.
-          const std::optional<PassTimes> measured = measure_on_every_rank(world, name, [&] {
-            return time_strategy(world, *communicator, parse_algorithm(name), shape, attention, options);
-          });
-          if (!measured) continue;
-          add_rows(rows, Row{spattn_name, name, gpus, tokens, kv_heads, causal}, *measured, flop, ideal);
-          write_and_clear(world, options, rows);
-        }
+        for (const KernelChoice kernel : options.kernels)
+          time_plans(world, *communicator, *alone, options, shape, causal, kernel, tokens);
       }
     }
   }

@@ -29,7 +29,9 @@
 #   python-gpu   SPATTN_CUDA=ON pip install . and pytest tests/python_gpu under torchrun at 1 and
 #                every GPU, then bench/python_call_overhead.py at each (python-build.log,
 #                python-gpu-N.log, python-overhead.log)
-#   bench        spattn_gpu_bench on every GPU (bench.csv, bench.log; SPATTN_BENCH_ARGS adds options)
+#   bench        spattn_gpu_bench on every GPU (bench.csv, bench.log; SPATTN_BENCH_ARGS adds options,
+#                e.g. --kernel own,cudnn for both kernels' rows; with torch-bench in the same call
+#                PyTorch's context_parallel comes beside them in bench.md)
 #   kernel-bench one attention on one GPU by kernel and pass (forward, backward, forward+backward):
 #                spattn_kernel_bench (own, cudnn) and bench/kernel_sdpa.py (PyTorch SDPA flash, cudnn)
 #                into kernel-bench.csv, drawn into kernel-bench.md and .png, a table and a row of
