@@ -302,8 +302,8 @@ const OptionTable<RunOptions>& run_option_table() {
       {"--device", "KIND", "cpu or cuda (bf16/fp16; a machine's ranks are dealt over its GPUs) (default cpu)",
        [](RunOptions& options, const std::string& value) { parse_device(options, value); }},
       {"--transport", "NAME",
-       "auto, mpi, oneccl, nccl or staged-mpi (default auto: mpi on cpu, where oneccl is the other choice; on cuda "
-       "nccl when every rank has a GPU of its own, else staged-mpi)",
+       "auto, mpi, oneccl, nccl or staged-mpi (default auto: mpi on cpu, where oneccl is the other choice, and "
+       "oneccl in a job started without mpirun; on cuda nccl when every rank has a GPU of its own, else staged-mpi)",
        [](RunOptions& options, const std::string& value) { parse_transport_option(options, value); }},
       {"--kernel", "NAME",
        "block kernels on cuda: auto (own Hopper kernels where they run the call, else cuDNN), own (an error where "
@@ -512,7 +512,11 @@ CliCommand parse_command_line(int argc, const char* const* argv) {
 std::string usage_text() {
   std::ostringstream text;
   text << "usage: spattn <command> [options]\n"
-          "       mpirun -n P spattn run [options]\n\n"
+          "       mpirun -n P spattn run [options]\n"
+          "       torchrun --nproc-per-node P --no-python spattn run [options]\n\n"
+          "A job started without mpirun (torchrun, or P processes of a shell loop) takes its ranks from torchrun's\n"
+          "variables RANK (0..P-1), WORLD_SIZE (P), MASTER_ADDR and MASTER_PORT (where rank 0 listens) and runs on\n"
+          "cpu over oneccl; under mpirun those variables are ignored.\n\n"
           "commands:\n"
        << option_line("run", "compute exact attention over the ranks and report time (and errors with --check)")
        << option_line("info", "print how spattn was built and what this machine offers")

@@ -1,9 +1,9 @@
-// spattn: run distributed exact attention under mpirun and check it; see `spattn help`.
+// spattn: run distributed exact attention under mpirun (or torchrun, over oneCCL) and check it; see
+// `spattn help`.
 // Exit status: 0 success, 1 a runtime error or a failed --check, 2 a usage error.
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <iostream>
 #include <string>
 #include <thread>
@@ -14,16 +14,13 @@
 #include "run_command.hpp"
 #include "spattn/communication_timeout.hpp"
 #include "spattn/error.hpp"
+#include "spattn/launch_environment.hpp"
 
 namespace {
 
 // Messages are identical on every rank (the library agrees on them), so only the first rank
-// prints them; the launcher's environment tells which rank this is before MPI starts.
-bool is_first_rank() {
-  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"})
-    if (const char* value = std::getenv(name)) return std::atoi(value) == 0;
-  return true;
-}
+// prints them; the launcher's environment tells which rank this is before any communicator exists.
+bool is_first_rank() { return spattn::launcher_rank() == 0; }
 
 // The first rank to end makes the launcher end the job, and with it the ranks still waiting out
 // their own timeout, which began up to a few steps later: give them that long to report too.
@@ -63,6 +60,9 @@ int main(int argc, char** argv) {
   } catch (const spattn::app::UsageError& error) {
     if (is_first_rank()) std::cerr << error.what() << "\n";
     return 2;
+  } catch (const spattn::app::LaunchError& error) {
+    std::cerr << error.what() << std::endl;
+    return 1;
   } catch (const spattn::TimeoutError& error) {
     // Except a rank's own error, which no agreement could carry (the first rank may be the peer
     // it gave up on): every rank prints its own.

@@ -16,6 +16,7 @@
 #include "spattn/build_info.hpp"
 #include "spattn/device_communicator.hpp"
 #include "spattn/document_layout.hpp"
+#include "spattn/launch_environment.hpp"
 #include "spattn/mpi_communicator.hpp"
 #include "spattn/reference_attention.hpp"
 #include "strategy_runner.hpp"
@@ -24,9 +25,10 @@ namespace spattn::app {
 
 namespace {
 
-// Ranks sharing this machine, from the launcher's environment (1 when not launched by one).
+// Ranks sharing this machine, from the launcher's environment (MPI launchers', torchrun's; 1 when
+// not launched by one).
 int ranks_on_this_machine() {
-  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "MPICH_LOCAL_SIZE"})
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "MPICH_LOCAL_SIZE", "LOCAL_WORLD_SIZE"})
     if (const char* value = std::getenv(name)) return std::max(1, std::atoi(value));
   return 1;
 }
@@ -184,14 +186,33 @@ void write_outputs(const std::string& directory, const AttentionOutputs& outputs
   }
 }
 
+// The ranks of this job and the transport its tensors take: MPI's ranks under an MPI launcher (or
+// a single process), else those that torchrun's variables describe, formed over oneCCL, which
+// --transport auto then means. Errors here are this process's own (no communicator exists yet to
+// agree on them), so they are thrown as LaunchError.
+std::unique_ptr<Communicator> form_world(const RunOptions& options, Transport& transport) {
+  transport = parse_transport(options.transport);
+  if (!launched_by_environment()) return std::make_unique<MpiCommunicator>();
+  try {
+    std::unique_ptr<Communicator> world = make_environment_world(parse_device_kind(options.device), transport);
+    transport = Transport::oneccl;
+    return world;
+  } catch (const TimeoutError&) {
+    throw;
+  } catch (const Error& failure) {
+    throw LaunchError(failure.what());
+  }
+}
+
 }  // namespace
 
 int run_command(const RunOptions& given) {
   RunOptions options = given;
   choose_cpu_threads(options);
-  MpiCommunicator world;
-  const DevicePlacement placement =
-      place_on_devices(world, parse_device_kind(options.device), parse_transport(options.transport));
+  Transport transport = Transport::automatic;
+  const std::unique_ptr<Communicator> ranks = form_world(options, transport);
+  Communicator& world = *ranks;
+  const DevicePlacement placement = place_on_devices(world, parse_device_kind(options.device), transport);
   const std::unique_ptr<Communicator> communicator = make_device_communicator(world, placement);
   const AttentionProblem problem = agreed_problem(world, options);
   StrategyOptions strategy_options;

@@ -43,6 +43,13 @@ struct DevicePlacement {
 /// this build).
 DevicePlacement place_on_devices(Communicator& world, DeviceKind kind, Transport transport);
 
+/// The ranks of a job started without mpirun (launched_by_environment(), spattn/launch_environment.hpp)
+/// for tensors on `kind` over `transport`: an OnecclCommunicator::from_environment(), since oneCCL is
+/// the one transport that forms ranks without MPI. Throws Error, before any communication, for a
+/// device kind other than cpu, a transport other than oneccl or automatic, or a build without
+/// oneCCL, naming what works; else as from_environment() does.
+std::unique_ptr<Communicator> make_environment_world(DeviceKind kind, Transport transport);
+
 /// A communicator over the ranks of `world` (a host communicator such as MpiCommunicator, which
 /// must outlive the result) for buffers on `placement.device`. Collective over `world`.
 std::unique_ptr<Communicator> make_device_communicator(Communicator& world, const DevicePlacement& placement);

@@ -9,17 +9,25 @@
 
 namespace spattn {
 
-/// A Communicator over a oneCCL communicator of the ranks of a bootstrap communicator. Rank 0 opens
+/// A Communicator over a oneCCL communicator of the ranks of a bootstrap communicator, or of the
+/// processes that torchrun's environment variables describe (from_environment()). Rank 0 opens
 /// oneCCL's key-value store and the others learn its address through the bootstrap (an
-/// MpiCommunicator, say), which is used only while this is made. Waits poll oneCCL's events against
-/// a deadline, so a missing peer becomes an Error naming it, not a hang; after that the communicator
-/// (and those split from it) cannot be used again, and its oneCCL objects are left alive so that
-/// no transfer still in flight writes into freed memory. SPATTN_FAULT makes a chosen rank die or
-/// stall for tests, as with MPI.
+/// MpiCommunicator, say), which is used only while this is made, or from rank 0 over TCP. Waits
+/// poll oneCCL's events against a deadline, so a missing peer becomes an Error naming it, not a
+/// hang; after that the communicator (and those split from it) cannot be used again, and its
+/// oneCCL objects are left alive so that no transfer still in flight writes into freed memory.
+/// SPATTN_FAULT makes a chosen rank die or stall for tests, as with MPI.
 class OnecclCommunicator final : public Communicator {
  public:
   /// Over the ranks of `bootstrap`, in its order. Collective over `bootstrap`.
   explicit OnecclCommunicator(Communicator& bootstrap);
+  /// Over the processes of a job started without mpirun (torchrun, a shell loop), as the variables
+  /// RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT describe them (spattn/launch_environment.hpp):
+  /// rank 0 listens at MASTER_ADDR (LaunchEnvironment::rendezvous_port) and hands the others its
+  /// key-value store's address. Collective over those processes; no MPI is involved. Throws Error
+  /// naming the variable when one is missing or out of range, when two processes share a RANK or
+  /// disagree on WORLD_SIZE, and TimeoutError when a rank does not come within SPATTN_TIMEOUT.
+  static std::unique_ptr<OnecclCommunicator> from_environment();
   ~OnecclCommunicator() override;
   OnecclCommunicator(const OnecclCommunicator&) = delete;
   OnecclCommunicator& operator=(const OnecclCommunicator&) = delete;

@@ -130,6 +130,22 @@ DevicePlacement place_on_devices(Communicator& world, DeviceKind kind, Transport
   return placement;
 }
 
+std::unique_ptr<Communicator> make_environment_world(DeviceKind kind, Transport transport) {
+  SPATTN_CHECK(kind == DeviceKind::cpu && (transport == Transport::oneccl || transport == Transport::automatic),
+               "device " << device_kind_name(kind) << " over transport " << transport_name(transport)
+                         << ": a job started without mpirun (WORLD_SIZE set, no MPI launcher) forms its ranks over "
+                            "oneCCL only, which moves host memory: use device cpu with transport oneccl (or auto), "
+                            "or start the job with mpirun for mpi, nccl and staged-mpi");
+#ifdef SPATTN_WITH_ONECCL
+  return OnecclCommunicator::from_environment();
+#else
+  SPATTN_FAIL(
+      "a job started without mpirun (WORLD_SIZE set, no MPI launcher) forms its ranks over oneCCL, and this "
+      "build of spattn has no oneCCL (scripts/install-dependencies.sh installs it, CMake SPATTN_ONECCL builds "
+      "it); start the job with mpirun");
+#endif
+}
+
 std::unique_ptr<Communicator> make_device_communicator(Communicator& world, const DevicePlacement& placement) {
   switch (placement.transport) {
     case Transport::mpi: return world.split(0, world.rank());

@@ -1,5 +1,6 @@
 // The Communicator contract, checked on every host communicator of this build (MPI, and oneCCL
-// where it was built) at the rank count of this run: batches of sends and receives in any peer
+// where it was built, bootstrapped over MPI and from torchrun's variables) at the rank count of
+// this run: batches of sends and receives in any peer
 // order complete without deadlock, messages to one peer keep their order, the collectives put
 // every block in its place, split makes independent groups, and bad peers are errors.
 
@@ -13,11 +14,44 @@
 #include "distributed_world.hpp"
 #include "spattn/error.hpp"
 #ifdef SPATTN_WITH_ONECCL
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "scoped_environment.hpp"
 #include "spattn/oneccl_communicator.hpp"
 #endif
 
 namespace spattn {
 namespace {
+
+#ifdef SPATTN_WITH_ONECCL
+// A TCP port free on this machine just now.
+int free_port() {
+  const int probe = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(probe, reinterpret_cast<const sockaddr*>(&address), sizeof address);
+  socklen_t length = sizeof address;
+  getsockname(probe, reinterpret_cast<sockaddr*>(&address), &length);
+  close(probe);
+  return ntohs(address.sin_port);
+}
+
+// An OnecclCommunicator made as in a job started without mpirun, from the variables torchrun would
+// set for this run's ranks and a port free on rank 0's machine (MPI only carries that port).
+std::unique_ptr<OnecclCommunicator> oneccl_from_torchrun_variables() {
+  const int my_port = world().rank() == 0 ? free_port() : 0;
+  std::vector<int> ports(static_cast<std::size_t>(world().size()));
+  world().host_all_gather(&my_port, ports.data(), sizeof my_port);
+  const ScopedEnvironment rank("RANK", std::to_string(world().rank()));
+  const ScopedEnvironment world_size("WORLD_SIZE", std::to_string(world().size()));
+  const ScopedEnvironment master_addr("MASTER_ADDR", "127.0.0.1");
+  const ScopedEnvironment master_port("MASTER_PORT", std::to_string(ports.front()));
+  return OnecclCommunicator::from_environment();
+}
+#endif
 
 /// The test parameter: which communicator, made once per process over every rank of the run.
 class CommunicatorContract : public ::testing::TestWithParam<std::string> {
@@ -27,6 +61,10 @@ class CommunicatorContract : public ::testing::TestWithParam<std::string> {
     if (GetParam() == "oneccl") {
       static OnecclCommunicator oneccl(world());
       return oneccl;
+    }
+    if (GetParam() == "oneccl-from-environment") {
+      static const std::unique_ptr<OnecclCommunicator> oneccl = oneccl_from_torchrun_variables();
+      return *oneccl;
     }
 #endif
     return world();
@@ -182,7 +220,8 @@ TEST_P(CommunicatorContract, BadPeerIsAnErrorNotACrash) {
 
 
 #ifdef SPATTN_WITH_ONECCL
-INSTANTIATE_TEST_SUITE_P(HostCommunicators, CommunicatorContract, ::testing::Values("mpi", "oneccl"));
+INSTANTIATE_TEST_SUITE_P(HostCommunicators, CommunicatorContract,
+                         ::testing::Values("mpi", "oneccl", "oneccl-from-environment"));
 #else
 INSTANTIATE_TEST_SUITE_P(HostCommunicators, CommunicatorContract, ::testing::Values("mpi"));
 #endif

@@ -18,9 +18,11 @@
 
 #include "comm/family_health.hpp"
 #include "comm/fault_injection.hpp"
+#include "comm/rendezvous.hpp"
 #include "comm/timeout_message.hpp"
 #include "spattn/communication_timeout.hpp"
 #include "spattn/error.hpp"
+#include "spattn/launch_environment.hpp"
 
 namespace spattn {
 
@@ -295,6 +297,31 @@ OnecclCommunicator::OnecclCommunicator(Communicator& bootstrap) : state_(std::ma
   });
   state_->communicator = new ccl::communicator(std::move(made));
   state_->make_queues();
+}
+
+std::unique_ptr<OnecclCommunicator> OnecclCommunicator::from_environment() {
+  const LaunchEnvironment launch = launch_environment();
+  auto state = std::make_unique<State>();
+  state->timeout_seconds = communication_timeout_seconds();
+  state->fault = fault_plan_from_environment();
+  state->rank = launch.rank;
+  state->size = launch.world_size;
+  state->process_rank = launch.rank;
+  // The rendezvous, bounded by the timeout, runs before oneCCL connects anything: once it returns,
+  // every rank has come and rank 0's store listens, so oneCCL's own connection to it succeeds at
+  // once. oneCCL bounds that connection only by its CCL_KVS_CONNECTION_TIMEOUT, after which it may
+  // end the process, and its communicator's creation not at all: a rank that dies between the
+  // rendezvous and the end of create_communicator can still leave the others waiting.
+  ccl::communicator made = create_communicator(state->size, state->rank, [&](const ccl::kvs::address_type& mine) {
+    const std::string shared =
+        share_from_rank_zero(launch, std::string(mine.data(), mine.size()), state->timeout_seconds);
+    ccl::kvs::address_type address{};
+    std::copy_n(shared.begin(), std::min(shared.size(), address.size()), address.begin());
+    return address;
+  });
+  state->communicator = new ccl::communicator(std::move(made));
+  state->make_queues();
+  return std::unique_ptr<OnecclCommunicator>(new OnecclCommunicator(std::move(state)));
 }
 
 OnecclCommunicator::OnecclCommunicator(std::unique_ptr<State> state) : state_(std::move(state)) {}
