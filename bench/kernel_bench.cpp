@@ -4,7 +4,8 @@
 // bench/plot_kernel_results.py draws and tabulates them per pass.
 //
 //   spattn_kernel_bench [--passes forward,backward,forward+backward] [--seqs 1024,2048,4096,8192,16384,32768]
-//       [--head-dims 64,128] [--causal both|yes|no] [--kernels own,own_fp32_out,cudnn] [--heads 32]
+//       [--head-dims 64,128] [--causal both|yes|no]
+//       [--kernels own,own_fp32_out,cudnn,own_deterministic,cudnn_deterministic] [--heads 32]
 //       [--kv-heads 32] [--dtype bf16|fp16] [--warmup 3] [--iters 10] [--repeats 5] [--csv PATH]
 //
 // One timed call of each (pass, kernel) holds exactly:
@@ -22,6 +23,10 @@
 //                           recomputes delta itself)
 //             Both read the same out (input dtype) and lse, which cuDNN's forward made for each
 //             input set before timing.
+//             own_deterministic, cudnn_deterministic  the same in deterministic mode
+//                           (AttentionOptions::deterministic: the own backward with its dQ turn
+//                           counters, zeroed by the call; cuDNN's deterministic algorithm); not
+//                           in the forward pass, which is deterministic either way
 //   forward+backward        the kernel's forward (own: `own`'s, out in the input dtype), then its
 //                           backward as above from that forward's out and lse
 //
@@ -138,8 +143,10 @@ KernelBenchOptions parse(int argc, char** argv) {
     } else if (flag == "--kernels") {
       options.kernels = split_list(value());
       for (const std::string& kernel : options.kernels)
-        SPATTN_CHECK(kernel == "own" || kernel == "own_fp32_out" || kernel == "cudnn",
-                     "--kernels takes own, own_fp32_out and cudnn, got '" << kernel << "'");
+        SPATTN_CHECK(kernel == "own" || kernel == "own_fp32_out" || kernel == "cudnn" ||
+                         kernel == "own_deterministic" || kernel == "cudnn_deterministic",
+                     "--kernels takes own, own_fp32_out, cudnn, own_deterministic and cudnn_deterministic, got '"
+                         << kernel << "'");
     } else if (flag == "--heads") {
       options.heads = parse_counts(flag, value()).front();
     } else if (flag == "--kv-heads") {
@@ -284,13 +291,19 @@ struct BenchKernels {
       : device(on_device),
         stream(on_stream),
         cudnn(on_device, on_stream),
+        cudnn_deterministic(on_device, on_stream),
         tile_counter(on_device),
-        elementwise(on_device, on_stream) {}
+        query_grad_turns(on_device),
+        elementwise(on_device, on_stream) {
+    cudnn_deterministic.set_deterministic_backward(true);
+  }
 
   Device device;
   cudaStream_t stream;
   cuda::CudnnAttention cudnn;
+  cuda::CudnnAttention cudnn_deterministic;           // its deterministic backward algorithm
   const cuda::hopper::QueryTileCounter tile_counter;  // of the own forward's launches
+  cuda::hopper::QueryGradTurns query_grad_turns;      // of the deterministic own backward
   cuda::CudaElementwiseKernels elementwise;           // softmax_delta before the own backward
 };
 
@@ -342,19 +355,21 @@ class KernelCase {
     return agrees;
   }
 
-  /// One timed call of `kernel` (own, own_fp32_out or cudnn) in `pass`: see the header comment. A
-  /// backward after a forward reads that forward's out and lse; the backward pass alone reads the
-  /// input set's, made before timing.
+  /// One timed call of `kernel` (own, own_fp32_out, cudnn, own_deterministic or
+  /// cudnn_deterministic) in `pass`: see the header comment. A backward after a forward reads that
+  /// forward's out and lse; the backward pass alone reads the input set's, made before timing.
   std::function<void(int)> call(const std::string& kernel, Pass pass) const {
-    if (kernel == "cudnn")
-      return [this, pass](int set) {
+    const bool deterministic = kernel == "own_deterministic" || kernel == "cudnn_deterministic";
+    if (kernel == "cudnn" || kernel == "cudnn_deterministic")
+      return [this, pass, deterministic](int set) {
         if (has_forward(pass)) cudnn_forward(set, cudnn_output_);
-        if (has_backward(pass)) cudnn_backward(set, has_forward(pass) ? cudnn_output_ : sets_[set].attention);
+        if (has_backward(pass))
+          cudnn_backward(set, has_forward(pass) ? cudnn_output_ : sets_[set].attention, deterministic);
       };
-    const bool final_out = kernel == "own";
-    return [this, pass, final_out](int set) {
+    const bool final_out = kernel != "own_fp32_out";
+    return [this, pass, final_out, deterministic](int set) {
       if (has_forward(pass)) own_forward(set, final_out);
-      if (has_backward(pass)) own_backward(set, has_forward(pass) ? own_output_ : sets_[set].attention);
+      if (has_backward(pass)) own_backward(set, has_forward(pass) ? own_output_ : sets_[set].attention, deterministic);
     };
   }
 
@@ -414,19 +429,21 @@ class KernelCase {
   }
 
   /// A backward of its own from `attention`: dq, dk, dv zeroed (the kernel adds into them), delta
-  /// = rowsum(dout * out), then the kernel.
-  void own_backward(int set, const AttentionOutput& attention) const {
+  /// = rowsum(dout * out), then the kernel (deterministic: with the turn counters).
+  void own_backward(int set, const AttentionOutput& attention, bool deterministic = false) const {
     for (const DeviceTensor* gradient : {&own_gradients_.dq, &own_gradients_.dk, &own_gradients_.dv})
       gradient->set_bytes(0, kernels_.stream);
     kernels_.elementwise.softmax_delta(attention.out.view(), sets_[set].dout.view(), delta_.view());
-    cuda::hopper_backward(own_backward_block(set, attention.lse), kernels_.stream);
+    cuda::hopper_backward(own_backward_block(set, attention.lse), kernels_.stream,
+                          deterministic ? &kernels_.query_grad_turns : nullptr);
   }
 
-  void cudnn_backward(int set, const AttentionOutput& attention) const {
+  void cudnn_backward(int set, const AttentionOutput& attention, bool deterministic = false) const {
     const InputSet& input = sets_[set];
-    kernels_.cudnn.backward(input.q.view(), input.k.view(), input.v.view(), attention.out.view(), input.dout.view(),
-                            attention.lse.view(), piece_, scale_, cudnn_gradients_.dq.view(),
-                            cudnn_gradients_.dk.view(), cudnn_gradients_.dv.view());
+    (deterministic ? kernels_.cudnn_deterministic : kernels_.cudnn)
+        .backward(input.q.view(), input.k.view(), input.v.view(), attention.out.view(), input.dout.view(),
+                  attention.lse.view(), piece_, scale_, cudnn_gradients_.dq.view(), cudnn_gradients_.dk.view(),
+                  cudnn_gradients_.dv.view());
   }
 
   /// The own forward's fp32 out and lse against cuDNN's, on input set 0.
@@ -447,12 +464,19 @@ class KernelCase {
 
   /// The own backward's dq, dk, dv against cuDNN's from the same out and lse, on input set 0. The
   /// own call zeroes its gradients before its kernel adds into them, so of its outputs only delta's
-  /// poison can show; a gradient its kernel leaves unwritten reads 0 and shows as an error.
+  /// poison can show; a gradient its kernel leaves unwritten reads 0 and shows as an error. The
+  /// deterministic own backward too where it is timed.
   bool check_backward() const {
+    bool agrees = check_backward(false);
+    if (std::find(options_.kernels.begin(), options_.kernels.end(), "own_deterministic") != options_.kernels.end())
+      agrees &= check_backward(true);
+    return agrees;
+  }
+  bool check_backward(bool deterministic) const {
     for (const DeviceTensor* output : {&delta_, &own_gradients_.dq, &own_gradients_.dk, &own_gradients_.dv,
                                        &cudnn_gradients_.dq, &cudnn_gradients_.dk, &cudnn_gradients_.dv})
       output->set_bytes(0xff, kernels_.stream);
-    own_backward(0, sets_[0].attention);
+    own_backward(0, sets_[0].attention, deterministic);
     cudnn_backward(0, sets_[0].attention);
     BENCH_CUDA_CHECK(cudaStreamSynchronize(kernels_.stream));
     const Difference dq = difference(own_gradients_.dq.view(), cudnn_gradients_.dq.view());
@@ -460,10 +484,11 @@ class KernelCase {
     const Difference dv = difference(own_gradients_.dv.view(), cudnn_gradients_.dv.view());
     const bool agrees = dq.within(2e-2) && dk.within(2e-2) && dv.within(2e-2);
     std::printf(
-        "check backward %s: own vs cudnn dq %.2e of max |dq| %.3f, dk %.2e of %.3f, dv %.2e of %.3f, %lld "
+        "check backward %s: own%s vs cudnn dq %.2e of max |dq| %.3f, dk %.2e of %.3f, dv %.2e of %.3f, %lld "
         "unwritten: %s\n",
-        describe().c_str(), dq.error / dq.largest, dq.largest, dk.error / dk.largest, dk.largest, dv.error / dv.largest,
-        dv.largest, static_cast<long long>(dq.unwritten + dk.unwritten + dv.unwritten), agrees ? "agree" : "DISAGREE");
+        describe().c_str(), deterministic ? " (deterministic)" : "", dq.error / dq.largest, dq.largest,
+        dk.error / dk.largest, dk.largest, dv.error / dv.largest, dv.largest,
+        static_cast<long long>(dq.unwritten + dk.unwritten + dv.unwritten), agrees ? "agree" : "DISAGREE");
     return agrees;
   }
 
@@ -518,7 +543,8 @@ bool run_cases(const KernelBenchOptions& options, cudaStream_t stream, std::vect
                         own_unsupported.c_str());
           for (const std::string& kernel : options.kernels) {
             if (kernel == "own_fp32_out" && pass != Pass::forward) continue;
-            if (kernel != "cudnn" && !own_unsupported.empty()) continue;
+            if (kernel.find("deterministic") != std::string::npos && pass == Pass::forward) continue;
+            if (kernel.rfind("own", 0) == 0 && !own_unsupported.empty()) continue;
             timed.emplace_back(pass, kernel);
             calls.push_back(bench_case.call(kernel, pass));
           }

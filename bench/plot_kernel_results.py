@@ -18,8 +18,10 @@ from collections import defaultdict
 from typing import Sequence
 
 PASSES = ("forward", "backward", "forward+backward")
-KERNELS = ("own", "own_fp32_out", "cudnn", "sdpa_flash", "sdpa_cudnn")
+KERNELS = ("own", "own_fp32_out", "own_deterministic", "cudnn", "cudnn_deterministic", "sdpa_flash", "sdpa_cudnn")
 RATIOS = (("own", "cudnn"), ("own", "sdpa_flash"))
+# The cost of determinism, in tables that hold a deterministic kernel.
+DETERMINISTIC_RATIOS = (("own_deterministic", "own"), ("cudnn_deterministic", "cudnn"))
 
 Key = tuple[int, int, int]  # (head_dim, causal, seq)
 Rates = dict[str, dict[Key, dict[str, float]]]  # pass -> case -> kernel -> TFLOP/s
@@ -47,13 +49,14 @@ def kernels_of(by_case: dict[Key, dict[str, float]]) -> list[str]:
 def markdown_table(by_case: dict[Key, dict[str, float]]) -> str:
     """One pass's table."""
     kernels = kernels_of(by_case)
-    header = ["D", "causal", "S"] + kernels + [f"{a}/{b}" for a, b in RATIOS]
+    ratios = list(RATIOS) + [(a, b) for a, b in DETERMINISTIC_RATIOS if a in kernels]
+    header = ["D", "causal", "S"] + kernels + [f"{a}/{b}" for a, b in ratios]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for (head_dim, causal, seq) in sorted(by_case):
         by_kernel = by_case[(head_dim, causal, seq)]
         cells = [str(head_dim), "yes" if causal else "no", f"{seq // 1024}k" if seq % 1024 == 0 else str(seq)]
         cells += [f"{by_kernel[kernel]:.0f}" if kernel in by_kernel else "-" for kernel in kernels]
-        cells += [f"{by_kernel[a] / by_kernel[b]:.2f}" if a in by_kernel and b in by_kernel else "-" for a, b in RATIOS]
+        cells += [f"{by_kernel[a] / by_kernel[b]:.2f}" if a in by_kernel and b in by_kernel else "-" for a, b in ratios]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

@@ -308,7 +308,10 @@ const OptionTable<RunOptions>& run_option_table() {
       {"--kernel", "NAME",
        "block kernels on cuda: auto (own Hopper kernels where they run the call, else cuDNN), own (an error where "
        "they cannot) or cudnn; cpu takes only auto (default auto)",
-       [](RunOptions& options, const std::string& value) { parse_kernel_option(options, value); }}},
+       [](RunOptions& options, const std::string& value) { parse_kernel_option(options, value); }},
+      {"--deterministic", nullptr,
+       "the same bits every run: on cuda the backward adds dq in one order (slower; cpu always does)",
+       [](RunOptions& options, const std::string&) { options.deterministic = true; }}},
   });
   return table;
 }

@@ -58,6 +58,7 @@ struct RunOptions {
   std::string device = "cpu";      // cpu or cuda: where the shards live and the kernels run
   std::string transport = "auto";  // one of all_transports() (spattn/device_communicator.hpp)
   KernelChoice kernel = KernelChoice::automatic;  // the block kernels on cuda; only automatic on cpu
+  bool deterministic = false;                     // AttentionOptions::deterministic
 };
 
 /// Options of `spattn plan`, with their defaults: the rotation schedule of one algorithm, or

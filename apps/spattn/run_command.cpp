@@ -87,6 +87,7 @@ AttentionOptions attention_options(const RunOptions& options) {
   attention.window_right = options.window_right;
   attention.softmax_scale = options.scale;
   attention.kernel = options.kernel;
+  attention.deterministic = options.deterministic;
   attention.document_lengths = options.document_lengths;
   attention.document_split = options.document_split;
   return attention;

@@ -120,6 +120,7 @@ class Plan:
         kernel: str = "auto",
         document_lengths: Sequence[int] = ...,
         document_split: str = "per_document",
+        deterministic: bool = False,
     ) -> None: ...
     @property
     def algorithm(self) -> str: ...
@@ -182,4 +183,5 @@ def local_backward(
     softmax_scale: Optional[float] = None,
     kernel: str = "auto",
     document_lengths: Sequence[int] = ...,
+    deterministic: bool = False,
 ) -> None: ...

@@ -96,7 +96,7 @@ def _attention(algorithm: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
                softmax_scale: Optional[float], causal: bool, window_size: Tuple[int, int],
                alibi_slopes: Optional[torch.Tensor], return_attn_probs: bool, group: Any,
                kernel: str, document_lengths: Tuple[int, ...] = (), document_split: str = "per_document",
-               **degrees: Any) -> AttentionResult:
+               deterministic: bool = False, **degrees: Any) -> AttentionResult:
     device = q.device if isinstance(q, torch.Tensor) else torch.device("cpu")
     # A group or device that cannot work fails alike on every rank, before any exchange.
     communicator = communicator_for(device, group)
@@ -107,7 +107,8 @@ def _attention(algorithm: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     plan = get_plan(communicator, algorithm, batch=batch, local_seq=local_seq, heads=heads, kv_heads=k.shape[2],
                     head_dim=head_dim, dtype=dtype_name("q", q.dtype), causal=causal,
                     window_size=(int(window_size[0]), int(window_size[1])), softmax_scale=softmax_scale,
-                    kernel=kernel, document_lengths=document_lengths, document_split=document_split, **degrees)
+                    kernel=kernel, document_lengths=document_lengths, document_split=document_split,
+                    deterministic=deterministic, **degrees)
     out, lse = DistributedAttentionFunction.apply(q, k, v, plan)
     return (out, lse, None) if return_attn_probs else out
 
@@ -119,8 +120,8 @@ def _split_packed(name: str, packed: torch.Tensor, parts: int) -> Tuple[torch.Te
     return packed.unbind(dim=2)
 
 
-# deterministic is accepted for ring-flash-attn's signature; spattn's results do not depend on
-# timing (fixed merge order), so there is nothing to switch.
+# deterministic=True (flash-attn's): the same bits every run (AttentionOptions::deterministic); on
+# CUDA the backward then adds dq in one order, at some cost in speed. The CPU always does.
 
 
 def ring_flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
@@ -128,7 +129,7 @@ def ring_flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=Fals
                          group=None, *, kernel="auto") -> AttentionResult:
     """Ring attention; rank r holds the r-th of N equal stretches of the sequence."""
     return _attention("ring", q, k, v, dropout_p, softmax_scale, causal, window_size, alibi_slopes,
-                      return_attn_probs, group, kernel)
+                      return_attn_probs, group, kernel, deterministic=deterministic)
 
 
 def ring_flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
@@ -154,7 +155,7 @@ def zigzag_ring_flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, caus
                                 group=None, *, kernel="auto") -> AttentionResult:
     """Zigzag ring attention; the sequence is cut into 2N chunks and rank r holds chunks r and 2N-1-r."""
     return _attention("zigzag", q, k, v, dropout_p, softmax_scale, causal, window_size, alibi_slopes,
-                      return_attn_probs, group, kernel)
+                      return_attn_probs, group, kernel, deterministic=deterministic)
 
 
 def zigzag_ring_flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False,
@@ -182,7 +183,7 @@ def stripe_flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=Fa
     causal mask every rank has the same work at every step of the ring. A causal mask or none (a
     sliding window is refused)."""
     return _attention("stripe", q, k, v, dropout_p, softmax_scale, causal, window_size, alibi_slopes,
-                      return_attn_probs, group, kernel)
+                      return_attn_probs, group, kernel, deterministic=deterministic)
 
 
 def stripe_flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
@@ -208,7 +209,7 @@ def ulysses_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, 
                       group=None, *, kernel="auto") -> AttentionResult:
     """Ulysses: all-to-all from sequence shards to head shards and back (H % N == 0); contiguous layout."""
     return _attention("ulysses", q, k, v, dropout_p, softmax_scale, causal, window_size, alibi_slopes,
-                      return_attn_probs, group, kernel)
+                      return_attn_probs, group, kernel, deterministic=deterministic)
 
 
 def hamilton_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
@@ -216,7 +217,7 @@ def hamilton_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
                        group=None, *, kernel="auto") -> AttentionResult:
     """Hamiltonian-cycle attention (TASP); zigzag layout when causal, else contiguous. N is not 4 or 6."""
     return _attention("hamilton", q, k, v, dropout_p, softmax_scale, causal, window_size, alibi_slopes,
-                      return_attn_probs, group, kernel)
+                      return_attn_probs, group, kernel, deterministic=deterministic)
 
 
 def hamilton2_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
@@ -225,7 +226,7 @@ def hamilton2_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False
     """Two-level Hamiltonian attention for `nodes` nodes of m = N / nodes consecutive ranks (m even,
     or 1): m slots per step, one of them across nodes; zigzag layout when causal, else contiguous."""
     return _attention("hamilton2", q, k, v, dropout_p, softmax_scale, causal, window_size, alibi_slopes,
-                      return_attn_probs, group, kernel, nodes=nodes)
+                      return_attn_probs, group, kernel, deterministic=deterministic, nodes=nodes)
 
 
 def allgather_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
@@ -233,7 +234,7 @@ def allgather_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False
                         group=None, *, kernel="auto") -> AttentionResult:
     """All-gather attention (Llama 3 style) over the zigzag layout."""
     return _attention("allgather", q, k, v, dropout_p, softmax_scale, causal, window_size, alibi_slopes,
-                      return_attn_probs, group, kernel)
+                      return_attn_probs, group, kernel, deterministic=deterministic)
 
 
 def usp_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
@@ -242,7 +243,7 @@ def usp_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wind
     """USP: Ulysses inside groups of `inner` consecutive ranks (0: the largest degree dividing N, H and
     HK), then `across` ("zigzag", "ring" or "hamilton") over the N / inner groups."""
     return _attention("usp", q, k, v, dropout_p, softmax_scale, causal, window_size, alibi_slopes,
-                      return_attn_probs, group, kernel, inner=inner, across=across)
+                      return_attn_probs, group, kernel, deterministic=deterministic, inner=inner, across=across)
 
 
 # The function of each algorithm that takes separate q, k, v and no degree it cannot default

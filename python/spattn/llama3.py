@@ -124,7 +124,8 @@ def llama3_flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqle
     raise_on_every_rank(_prepared_lengths_error(q, k, heads_k_stride, key, communicator.size), communicator)
     batched = [x.unsqueeze(0) if isinstance(x, torch.Tensor) else x for x in (q, k, v)]  # (1, T/N, heads, D)
     out, lse, _ = _attention("allgather", *batched, dropout_p, softmax_scale, causal, window_size, alibi_slopes, True,
-                             group, kernel, document_lengths=_prepared[key], document_split="whole_sequence")
+                             group, kernel, document_lengths=_prepared[key], document_split="whole_sequence",
+                             deterministic=deterministic)
     out, lse = out.squeeze(0), lse.squeeze(0)  # (T/N, H, D), (H, T/N)
     return (out, lse, None) if return_attn_probs else out
 

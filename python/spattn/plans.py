@@ -36,7 +36,7 @@ def get_plan(communicator: Any, algorithm: str, *, batch: int, local_seq: int, h
              head_dim: int, dtype: str, causal: bool = False, window_size: Tuple[int, int] = (-1, -1),
              softmax_scale: Optional[float] = None, kernel: str = "auto", nodes: int = 1, inner: int = 0,
              across: str = "zigzag", document_lengths: Sequence[int] = (),
-             document_split: str = "per_document") -> _core.Plan:
+             document_split: str = "per_document", deterministic: bool = False) -> _core.Plan:
     """The cached plan of these arguments over `communicator` (communicator.communicator_for), made
     on the first call (collective). `local_seq` is this rank's length; the global length is N
     times it. `kernel`: the block kernels on CUDA, "auto", "own" or "cudnn" (_core.parse_kernel_choice).
@@ -44,19 +44,20 @@ def get_plan(communicator: Any, algorithm: str, *, batch: int, local_seq: int, h
     0: the largest that divides N, H and HK) and `across` ("zigzag", "ring" or "hamilton") for usp.
     `document_lengths`: the global lengths of packed documents (AttentionOptions::document_lengths),
     whose plans are kept DOCUMENT_PLANS_KEPT at a time, split over the ranks by `document_split`
-    ("per_document" or "whole_sequence", AttentionOptions::document_split)."""
+    ("per_document" or "whole_sequence", AttentionOptions::document_split). `deterministic`: the same
+    bits every run (AttentionOptions::deterministic: on CUDA a slower backward)."""
     window_left, window_right = window_size
     documents = tuple(int(length) for length in document_lengths)
     key = (id(communicator), algorithm, batch, local_seq * communicator.size, heads, kv_heads, head_dim, dtype,
            bool(causal), int(window_left), int(window_right), None if softmax_scale is None else float(softmax_scale),
-           kernel, int(nodes), int(inner), str(across), documents, document_split)
+           kernel, int(nodes), int(inner), str(across), documents, document_split, bool(deterministic))
     cache = _document_plans if documents else _plans
     plan = cache.get(key)
     if plan is None:
         plan = _core.Plan(communicator, algorithm, batch, key[3], heads, kv_heads, head_dim, dtype, causal=key[8],
                           window_left=key[9], window_right=key[10], softmax_scale=key[11], nodes=key[13],
                           inner=key[14], across=key[15], kernel=kernel, document_lengths=list(documents),
-                          document_split=document_split)
+                          document_split=document_split, deterministic=bool(deterministic))
         cache[key] = plan
     if documents:
         _document_plans.move_to_end(key)

@@ -57,7 +57,7 @@ def _split_packed(name: str, packed: Any, parts: int) -> Tuple[torch.Tensor, ...
 
 
 def _varlen_attention(algorithm: str, q, k, v, cu_seqlens, dropout_p, softmax_scale, causal, window_size,
-                      alibi_slopes, return_attn_probs, group, kernel) -> AttentionResult:
+                      alibi_slopes, return_attn_probs, group, kernel, deterministic=False) -> AttentionResult:
     device = q.device if isinstance(q, torch.Tensor) else torch.device("cpu")
     communicator = communicator_for(device, group)
     raise_on_every_rank(_local_lengths_error(algorithm, q, cu_seqlens), communicator)
@@ -67,7 +67,7 @@ def _varlen_attention(algorithm: str, q, k, v, cu_seqlens, dropout_p, softmax_sc
     document_lengths: Tuple[int, ...] = tuple(int(length) * communicator.size for length in local_lengths)
     batched = [x.unsqueeze(0) if isinstance(x, torch.Tensor) else x for x in (q, k, v)]  # (1, T_local, heads, D)
     out, lse, _ = _attention(algorithm, *batched, dropout_p, softmax_scale, causal, window_size, alibi_slopes,
-                             True, group, kernel, document_lengths=document_lengths)
+                             True, group, kernel, document_lengths=document_lengths, deterministic=deterministic)
     out, lse = out.squeeze(0), lse.squeeze(0)  # (T_local, H, D), (H, T_local)
     return (out, lse, None) if return_attn_probs else out
 
@@ -77,7 +77,7 @@ def ring_flash_attn_varlen_func(q, k, v, cu_seqlens, max_seqlen, dropout_p=0.0, 
                                 return_attn_probs=False, group=None, *, kernel="auto") -> AttentionResult:
     """Ring attention over packed sequences; rank r holds the r-th of N equal parts of each."""
     return _varlen_attention("ring", q, k, v, cu_seqlens, dropout_p, softmax_scale, causal, window_size,
-                             alibi_slopes, return_attn_probs, group, kernel)
+                             alibi_slopes, return_attn_probs, group, kernel, deterministic=deterministic)
 
 
 def ring_flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens, max_seqlen, dropout_p=0.0, softmax_scale=None,
@@ -86,7 +86,7 @@ def ring_flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens, max_seqlen, dropout_
     """ring_flash_attn_varlen_func with kv: (T_local, 2, HK, D)."""
     k, v = _split_packed("kv", kv, 2)
     return _varlen_attention("ring", q, k, v, cu_seqlens, dropout_p, softmax_scale, causal, window_size,
-                             alibi_slopes, return_attn_probs, group, kernel)
+                             alibi_slopes, return_attn_probs, group, kernel, deterministic=deterministic)
 
 
 def ring_flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0, softmax_scale=None,
@@ -96,7 +96,7 @@ def ring_flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p
     """ring_flash_attn_varlen_func with qkv: (T_local, 3, H, D)."""
     q, k, v = _split_packed("qkv", qkv, 3)
     return _varlen_attention("ring", q, k, v, cu_seqlens, dropout_p, softmax_scale, causal, window_size,
-                             alibi_slopes, return_attn_probs, group, kernel)
+                             alibi_slopes, return_attn_probs, group, kernel, deterministic=deterministic)
 
 
 def zigzag_ring_flash_attn_varlen_func(q, k, v, cu_seqlens, max_seqlen, dropout_p=0.0, softmax_scale=None,
@@ -104,7 +104,7 @@ def zigzag_ring_flash_attn_varlen_func(q, k, v, cu_seqlens, max_seqlen, dropout_
                                        return_attn_probs=False, group=None, *, kernel="auto") -> AttentionResult:
     """Zigzag ring attention over packed sequences; rank r holds parts r and 2N-1-r of 2N of each."""
     return _varlen_attention("zigzag", q, k, v, cu_seqlens, dropout_p, softmax_scale, causal, window_size,
-                             alibi_slopes, return_attn_probs, group, kernel)
+                             alibi_slopes, return_attn_probs, group, kernel, deterministic=deterministic)
 
 
 def zigzag_ring_flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens, max_seqlen, dropout_p=0.0, softmax_scale=None,
@@ -114,7 +114,7 @@ def zigzag_ring_flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens, max_seqlen, d
     """zigzag_ring_flash_attn_varlen_func with kv: (T_local, 2, HK, D)."""
     k, v = _split_packed("kv", kv, 2)
     return _varlen_attention("zigzag", q, k, v, cu_seqlens, dropout_p, softmax_scale, causal, window_size,
-                             alibi_slopes, return_attn_probs, group, kernel)
+                             alibi_slopes, return_attn_probs, group, kernel, deterministic=deterministic)
 
 
 def zigzag_ring_flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0, softmax_scale=None,
@@ -124,4 +124,4 @@ def zigzag_ring_flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dr
     """zigzag_ring_flash_attn_varlen_func with qkv: (T_local, 3, H, D)."""
     q, k, v = _split_packed("qkv", qkv, 3)
     return _varlen_attention("zigzag", q, k, v, cu_seqlens, dropout_p, softmax_scale, causal, window_size,
-                             alibi_slopes, return_attn_probs, group, kernel)
+                             alibi_slopes, return_attn_probs, group, kernel, deterministic=deterministic)

@@ -43,8 +43,9 @@ using Array = nb::ndarray<>;
 AttentionOptions attention_options(bool causal, int64_t window_left, int64_t window_right,
                                    std::optional<float> softmax_scale, const std::string& kernel,
                                    std::vector<int64_t> document_lengths = {},
-                                   const std::string& document_split = "per_document") {
+                                   const std::string& document_split = "per_document", bool deterministic = false) {
   AttentionOptions options;
+  options.deterministic = deterministic;
   options.document_lengths = std::move(document_lengths);
   options.document_split = parse_document_split(document_split);
   options.causal = causal;
@@ -84,10 +85,11 @@ class Plan {
   Plan(Communicator& communicator, const std::string& algorithm, int64_t batch, int64_t seq, int64_t heads,
        int64_t kv_heads, int64_t head_dim, const std::string& dtype, bool causal, int64_t window_left,
        int64_t window_right, std::optional<float> softmax_scale, int nodes, int inner, const std::string& across,
-       const std::string& kernel, std::vector<int64_t> document_lengths, const std::string& document_split)
+       const std::string& kernel, std::vector<int64_t> document_lengths, const std::string& document_split,
+       bool deterministic)
       : attention_(make(communicator, algorithm, batch, seq, heads, kv_heads, head_dim, dtype, causal, window_left,
                         window_right, softmax_scale, nodes, inner, across, kernel, std::move(document_lengths),
-                        document_split)) {}
+                        document_split, deterministic)) {}
 
   std::string algorithm() const { return algorithm_name(attention_->algorithm()); }
   const SequenceLayout& layout() const { return attention_->layout(); }
@@ -173,10 +175,10 @@ class Plan {
                                                     std::optional<float> softmax_scale, int nodes, int inner,
                                                     const std::string& across, const std::string& kernel,
                                                     std::vector<int64_t> document_lengths,
-                                                    const std::string& document_split) {
+                                                    const std::string& document_split, bool deterministic) {
     const AttentionShape shape{batch, seq, heads, kv_heads, head_dim, parse_dtype(dtype)};
     const AttentionOptions options = attention_options(causal, window_left, window_right, softmax_scale, kernel,
-                                                       std::move(document_lengths), document_split);
+                                                       std::move(document_lengths), document_split, deterministic);
     StrategyOptions strategy_options;
     strategy_options.nodes = nodes;
     strategy_options.inner = inner;
@@ -360,14 +362,14 @@ NB_MODULE(_core, m) {
   nb::class_<Plan>(m, "Plan",
                    "A DistributedAttention plan for one global shape, dtype, mask, algorithm and choice of block "
                    "kernels (collective).")
-      .def(nb::init<Communicator&, const std::string&, int64_t, int64_t, int64_t, int64_t, int64_t,
-                    const std::string&, bool, int64_t, int64_t, std::optional<float>, int, int, const std::string&,
-                    const std::string&, std::vector<int64_t>, const std::string&>(),
+      .def(nb::init<Communicator&, const std::string&, int64_t, int64_t, int64_t, int64_t, int64_t, const std::string&,
+                    bool, int64_t, int64_t, std::optional<float>, int, int, const std::string&, const std::string&,
+                    std::vector<int64_t>, const std::string&, bool>(),
            "communicator"_a, "algorithm"_a, "batch"_a, "seq"_a, "heads"_a, "kv_heads"_a, "head_dim"_a, "dtype"_a,
            "causal"_a = false, "window_left"_a = -1, "window_right"_a = -1, "softmax_scale"_a = nb::none(),
            "nodes"_a = 1, "inner"_a = 0, "across"_a = "zigzag", "kernel"_a = "auto",
            "document_lengths"_a = std::vector<int64_t>{}, "document_split"_a = "per_document",
-           nb::keep_alive<1, 2>())
+           "deterministic"_a = false, nb::keep_alive<1, 2>())
       .def_prop_ro("algorithm", &Plan::algorithm)
       .def_prop_ro("layout_name", [](const Plan& plan) { return plan.layout().name(); })
       .def_prop_ro("global_length", [](const Plan& plan) { return plan.layout().global_length(); })
@@ -408,19 +410,22 @@ NB_MODULE(_core, m) {
       "local_backward",
       [](const Array& q, const Array& k, const Array& v, const Array& out, const Array& lse, const Array& dout,
          const Array& dq, const Array& dk, const Array& dv, bool causal, int64_t window_left, int64_t window_right,
-         std::optional<float> softmax_scale, const std::string& kernel, std::vector<int64_t> document_lengths) {
+         std::optional<float> softmax_scale, const std::string& kernel, std::vector<int64_t> document_lengths,
+         bool deterministic) {
         const TensorView views[] = {tensor_from_dlpack("q", q),       tensor_from_dlpack("k", k),
                                     tensor_from_dlpack("v", v),       tensor_from_dlpack("out", out),
                                     tensor_from_dlpack("lse", lse),   tensor_from_dlpack("dout", dout),
                                     tensor_from_dlpack("dq", dq),     tensor_from_dlpack("dk", dk),
                                     tensor_from_dlpack("dv", dv)};
-        const AttentionOptions options =
-            attention_options(causal, window_left, window_right, softmax_scale, kernel, std::move(document_lengths));
+        const AttentionOptions options = attention_options(causal, window_left, window_right, softmax_scale, kernel,
+                                                           std::move(document_lengths), "per_document", deterministic);
         nb::gil_scoped_release release;
         local_attention_backward(views[0], views[1], views[2], views[3], views[4], views[5], views[6], views[7],
                                  views[8], options);
       },
-      "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a, "dout"_a, "dq"_a, "dk"_a, "dv"_a, "causal"_a = false,
-      "window_left"_a = -1, "window_right"_a = -1, "softmax_scale"_a = nb::none(), "kernel"_a = "auto",
-      "document_lengths"_a = std::vector<int64_t>{}, "dq, dk, dv of local_forward, written in place.");
+      "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a, "dout"_a, "dq"_a, "dk"_a, "dv"_a, "causal"_a = false, "window_left"_a = -1,
+      "window_right"_a = -1, "softmax_scale"_a = nb::none(), "kernel"_a = "auto",
+      "document_lengths"_a = std::vector<int64_t>{}, "deterministic"_a = false,
+      "dq, dk, dv of local_forward, written in place; deterministic: the same bits every run "
+      "(AttentionOptions::deterministic).");
 }

@@ -130,11 +130,12 @@ class BlockKernels {
   }
 };
 
-/// The kernels of `device`, of `kernel`'s choice on CUDA (see CudaBlockKernels); throws Error
-/// when spattn was built without that device's backend, or for a choice other than automatic on
-/// the CPU.
-std::unique_ptr<BlockKernels> make_block_kernels(const Device& device,
-                                                 KernelChoice kernel = KernelChoice::automatic);
+/// The kernels of `device`, of `kernel`'s choice on CUDA (see CudaBlockKernels), with a
+/// deterministic backward when asked (AttentionOptions::deterministic; the CPU's always is);
+/// throws Error when spattn was built without that device's backend, or for a choice other than
+/// automatic on the CPU.
+std::unique_ptr<BlockKernels> make_block_kernels(const Device& device, KernelChoice kernel = KernelChoice::automatic,
+                                                 bool deterministic = false);
 
 /// The CPU implementation (multi-threaded with OpenMP, tile products through BLAS).
 std::unique_ptr<BlockKernels> make_cpu_block_kernels();

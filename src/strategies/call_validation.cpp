@@ -143,6 +143,7 @@ std::vector<CallField> call_signature(Algorithm algorithm, const AttentionShape&
           {"window_right", options.window_right},
           {"softmax_scale", scale, show_scale},
           {"kernel", static_cast<int64_t>(options.kernel), show_kernel},
+          {"deterministic", options.deterministic ? 1 : 0, show_flag},
           {"documents", static_cast<int64_t>(options.document_lengths.size())},
           {"document_lengths (FNV-1a of them)", fingerprint(options.document_lengths)},
           {"document_split", static_cast<int64_t>(options.document_split), show_document_split}};

@@ -48,7 +48,7 @@ std::size_t fp32_bytes(int64_t batch, int64_t seq, int64_t heads, int64_t head_d
 
 void local_attention_forward(const TensorView& q, const TensorView& k, const TensorView& v, TensorView out,
                              TensorView lse, const AttentionOptions& options) {
-  auto kernels = make_block_kernels(q.device, options.kernel);
+  auto kernels = make_block_kernels(q.device, options.kernel, options.deterministic);
   const AttentionShape shape = checked_shape(q, k, options, [&](const AttentionShape& implied) {
     return forward_arguments_error(implied, implied.seq, kernels->device(), q, k, v, out, lse);
   });
@@ -73,7 +73,7 @@ void local_attention_forward(const TensorView& q, const TensorView& k, const Ten
 void local_attention_backward(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                               const TensorView& lse, const TensorView& dout, TensorView dq, TensorView dk,
                               TensorView dv, const AttentionOptions& options) {
-  auto kernels = make_block_kernels(q.device, options.kernel);
+  auto kernels = make_block_kernels(q.device, options.kernel, options.deterministic);
   const AttentionShape shape = checked_shape(q, k, options, [&](const AttentionShape& implied) {
     return backward_arguments_error(implied, implied.seq, kernels->device(), q, k, v, out, lse, dout, dq, dk, dv);
   });

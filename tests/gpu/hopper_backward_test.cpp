@@ -3,10 +3,11 @@
 // segments with gaps and out of order, more segments than one launch takes, query and key counts that are not
 // multiples of a tile, blocks of several query and key tiles, GQA 1:1 to 8:1, batch 1 and 3, head dims 64 and 128,
 // bf16 and fp16, accumulation over two calls, rows and keys that see nothing, the same dk and dv bits on a second
-// run, bad blocks. The own block has no `out` (the own backward reads delta only, so a read of out would fault);
-// cuDNN's, which recomputes delta from out, gets the reference's final out. dq, dk and dv are accumulated into, so
-// instead of NaN-poisoned they start at random values, the same for both kernels, and what a run added (end - start)
-// is compared. Where the GPU or the build has no own backward, every test says why and skips.
+// run, the same dq, dk and dv bits in deterministic mode (own and cuDNN), bad blocks. The own block has no `out` (the
+// own backward reads delta only, so a read of out would fault); cuDNN's, which recomputes delta from out, gets the
+// reference's final out. dq, dk and dv are accumulated into, so instead of NaN-poisoned they start at random values,
+// the same for both kernels, and what a run added (end - start) is compared. Where the GPU or the build has no own
+// backward, every test says why and skips.
 //
 // Tolerance: as the cuDNN tests' (2e-2 of the largest reference magnitude for bf16, 5e-3 for fp16), and the own
 // kernel's error in each of dq, dk and dv must be at most 1.25x cuDNN's on the same inputs (plus 1e-6 of the
@@ -396,6 +397,52 @@ TEST_F(HopperBackward, DkAndDvAreTheSameBitsEveryRun) {
       for (std::size_t s = 0; s < c.segments.size(); ++s) {
         expect_identical(first_end.dk[s], second_end.dk[s], "dk of segment " + std::to_string(s) + ", second run");
         expect_identical(first_end.dv[s], second_end.dv[s], "dv of segment " + std::to_string(s) + ", second run");
+      }
+    }
+  }
+}
+
+TEST_F(HopperBackward, DeterministicKernelsGiveTheSameBitsEveryRun) {
+  // CudaBlockKernels made deterministic: the own backward gathers dq key tile after key tile (its turn counters),
+  // cuDNN runs its deterministic algorithm. Three runs of one kernels object give the same dq, dk and dv bits, all
+  // accurate. Many key tiles per query tile, GQA 4:1, a window, and more segments than one own launch takes (each
+  // launch counts its turns from zero).
+  BlockCase many_segments{"12 segments of 1 to 89 keys, causal", 180, 700, {}, kCausal};
+  for (int s = 0; s < 12; ++s) many_segments.segments.push_back({1 + (s * 37) % 89, int64_t{60} * s + (s % 3) * 7});
+  const std::vector<BlockCase> cases = {
+      {"causal: q 600 at 900 vs 700 at 0 and 800 at 700", 600, 900, {{700, 0}, {800, 700}}, kCausal, 1},
+      {"no mask: q 300 at 0 vs 1000 at 0", 300, 0, {{1000, 0}}, kNoMask},
+      {"window (300, 40): q 500 at 700 vs 900 at 200 and 300 at 1100",
+       500,
+       700,
+       {{900, 200}, {300, 1100}},
+       AttentionMask{300, 40}},
+      many_segments};
+  for (const KernelChoice kernel : {KernelChoice::own, KernelChoice::cudnn}) {
+    cuda::CudaBlockKernels kernels(kGpu, gpu_->stream(), kernel, /*deterministic=*/true);
+    for (const BlockCase& c : cases) {
+      for (const int64_t head_dim : {64, 128}) {
+        const std::string reason = unsupported(DType::bf16, head_dim);
+        if (!reason.empty()) GTEST_SKIP() << reason;
+        SCOPED_TRACE(kernel_choice_name(kernel) + ", " + c.name + ", head_dim " + std::to_string(head_dim));
+        const BackwardProblem problem = backward_problem(c, DType::bf16, head_dim, default_scale(head_dim));
+        const Gradients start = random_gradients(c, head_dim);
+        std::vector<Gradients> ends;
+        for (int run = 0; run < 3; ++run) {
+          DeviceBackward device_run(*gpu_, problem, start, /*with_out=*/kernel == KernelChoice::cudnn);
+          kernels.backward(device_run.block);
+          ends.push_back(device_run.download());
+          expect_gradients_near_reference(problem, start, ends.back(), tolerance_of(DType::bf16),
+                                          "deterministic run " + std::to_string(run));
+        }
+        for (int run = 1; run < 3; ++run) {
+          const std::string which = ", run " + std::to_string(run);
+          expect_identical(ends[0].dq, ends[run].dq, "dq" + which);
+          for (std::size_t s = 0; s < c.segments.size(); ++s) {
+            expect_identical(ends[0].dk[s], ends[run].dk[s], "dk of segment " + std::to_string(s) + which);
+            expect_identical(ends[0].dv[s], ends[run].dv[s], "dv of segment " + std::to_string(s) + which);
+          }
+        }
       }
     }
   }

@@ -53,18 +53,24 @@ void check_segment(const KvSegment& segment, const TensorView& q, const Device& 
 
 }  // namespace
 
-CudaBlockKernels::CudaBlockKernels(const Device& device, KernelChoice kernel)
+CudaBlockKernels::CudaBlockKernels(const Device& device, KernelChoice kernel, bool deterministic)
     : kernel_(kernel), elementwise_(device), attention_(device, elementwise_.stream()) {
-  CurrentDeviceGuard guard(device.index);
-  SPATTN_CUDA_CHECK(cudaEventCreateWithFlags(&stream_switch_, cudaEventDisableTiming));
-  if (kernel_ != KernelChoice::cudnn) tile_counter_ = std::make_unique<hopper::QueryTileCounter>(device);
+  set_up(deterministic);
 }
 
-CudaBlockKernels::CudaBlockKernels(const Device& device, cudaStream_t stream, KernelChoice kernel)
+CudaBlockKernels::CudaBlockKernels(const Device& device, cudaStream_t stream, KernelChoice kernel, bool deterministic)
     : kernel_(kernel), elementwise_(device, stream), attention_(device, stream) {
+  set_up(deterministic);
+}
+
+void CudaBlockKernels::set_up(bool deterministic) {
+  const Device device = elementwise_.device();
   CurrentDeviceGuard guard(device.index);
   SPATTN_CUDA_CHECK(cudaEventCreateWithFlags(&stream_switch_, cudaEventDisableTiming));
   if (kernel_ != KernelChoice::cudnn) tile_counter_ = std::make_unique<hopper::QueryTileCounter>(device);
+  if (deterministic && kernel_ == KernelChoice::own)
+    query_grad_turns_ = std::make_unique<hopper::QueryGradTurns>(device);
+  attention_.set_deterministic_backward(deterministic);
 }
 
 CudaBlockKernels::~CudaBlockKernels() {
@@ -178,7 +184,7 @@ void CudaBlockKernels::backward(const BackwardBlock& block) {
                  "dk " << segment.dk.describe() << " and dv " << segment.dv.describe() << " must be fp32");
   }
   if (kernel_ == KernelChoice::own) {
-    hopper_backward(block, stream());  // on the block's device, which it makes current
+    hopper_backward(block, stream(), query_grad_turns_.get());  // on the block's device, which it makes current
     return;
   }
   SPATTN_CHECK(block.out.data != nullptr,
@@ -268,8 +274,8 @@ void* CudaBlockKernels::allocate(std::size_t bytes) { return elementwise_.alloca
 
 void CudaBlockKernels::deallocate(void* pointer) { elementwise_.deallocate(pointer); }
 
-std::unique_ptr<BlockKernels> make_cuda_block_kernels(const Device& device, KernelChoice kernel) {
-  return std::make_unique<CudaBlockKernels>(device, kernel);
+std::unique_ptr<BlockKernels> make_cuda_block_kernels(const Device& device, KernelChoice kernel, bool deterministic) {
+  return std::make_unique<CudaBlockKernels>(device, kernel, deterministic);
 }
 
 }  // namespace spattn::cuda

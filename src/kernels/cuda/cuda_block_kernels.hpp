@@ -17,16 +17,20 @@
 #include "kernels/block_kernels.hpp"
 #include "kernels/cuda/cuda_elementwise_kernels.hpp"
 #include "kernels/cuda/cudnn_attention.hpp"
+#include "kernels/hopper/query_grad_turns.hpp"
 #include "kernels/hopper/query_tile_counter.hpp"
 
 namespace spattn::cuda {
 
 class CudaBlockKernels final : public BlockKernels {
  public:
-  /// On `device` in a non-blocking stream of its own, forward blocks through `kernel`'s choice.
-  explicit CudaBlockKernels(const Device& device, KernelChoice kernel = KernelChoice::automatic);
+  /// On `device` in a non-blocking stream of its own, forward blocks through `kernel`'s choice;
+  /// with `deterministic` the backward gives the same bits every run (see backward).
+  explicit CudaBlockKernels(const Device& device, KernelChoice kernel = KernelChoice::automatic,
+                            bool deterministic = false);
   /// On `device` in the caller's `stream` (see CudaElementwiseKernels).
-  CudaBlockKernels(const Device& device, cudaStream_t stream, KernelChoice kernel = KernelChoice::automatic);
+  CudaBlockKernels(const Device& device, cudaStream_t stream, KernelChoice kernel = KernelChoice::automatic,
+                   bool deterministic = false);
   ~CudaBlockKernels() override;
 
   Device device() const override { return elementwise_.device(); }
@@ -43,11 +47,13 @@ class CudaBlockKernels final : public BlockKernels {
   /// own an Error naming why it cannot run the block.
   void forward(const ForwardBlock& block) override;
   /// With KernelChoice::own, hopper_backward(block): one launch, block.delta read, block.out not,
-  /// or an Error naming why it cannot run the block. Otherwise through cuDNN (automatic too, until
+  /// or an Error naming why it cannot run the block; deterministic: with the turn counters that
+  /// order its dQ adds. Otherwise through cuDNN (automatic too, until
   /// the own backward reaches cuDNN's speed: bench/kernel-notes.md): for every segment, every
   /// piece, cuDNN backward with the final lse (block.lse) and final output (block.out, required
   /// here), gradients in the input dtype in workspaces, added into block.dq and the segment's dk,
-  /// dv. block.delta is not read there (cuDNN recomputes it from out).
+  /// dv. block.delta is not read there (cuDNN recomputes it from out); deterministic: cuDNN's
+  /// deterministic backward algorithm.
   void backward(const BackwardBlock& block) override;
 
   void merge(const TensorView& partial_out, const TensorView& partial_lse, TensorView running_out,
@@ -75,6 +81,10 @@ class CudaBlockKernels final : public BlockKernels {
   };
   void* scratch(Scratch& buffer, std::size_t bytes);
 
+  /// What both constructors do once the members are made: the stream-switch event, the own
+  /// kernels' counters, the deterministic backward when asked.
+  void set_up(bool deterministic);
+
   /// One cuDNN call of a forward block: a piece of one of its segments.
   struct SegmentPiece {
     const KvSegment* segment;
@@ -100,9 +110,12 @@ class CudaBlockKernels final : public BlockKernels {
   // The own forward's launches, all on this object's stream (set_stream orders a new stream after
   // the old one), share one; none with KernelChoice::cudnn.
   std::unique_ptr<hopper::QueryTileCounter> tile_counter_;
+  // The own backward's dQ turns in deterministic mode (else none), on this object's stream.
+  std::unique_ptr<hopper::QueryGradTurns> query_grad_turns_;
 };
 
-/// The CUDA kernels of `device` (Device{cuda, i}) of `kernel`'s choice, on a stream of their own.
-std::unique_ptr<BlockKernels> make_cuda_block_kernels(const Device& device, KernelChoice kernel);
+/// The CUDA kernels of `device` (Device{cuda, i}) of `kernel`'s choice, deterministic or not, on a
+/// stream of their own.
+std::unique_ptr<BlockKernels> make_cuda_block_kernels(const Device& device, KernelChoice kernel, bool deterministic);
 
 }  // namespace spattn::cuda

@@ -263,6 +263,7 @@ const CudnnAttention::Graph& CudnnAttention::graph_for(const std::vector<int64_t
                                           .set_stride(stats_strides(q))
                                           .set_data_type(fe::DataType_t::FLOAT));
     auto options = fe::graph::SDPA_backward_attributes().set_name("spattn_backward").set_attn_scale(scale);
+    if (deterministic_backward_) options.set_deterministic_algorithm(true);
     if (mask.right_bound >= 0 || mask.left_bound >= 0) options.set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT);
     if (mask.right_bound >= 0) options.set_diagonal_band_right_bound(static_cast<int>(mask.right_bound));
     if (mask.left_bound >= 0) options.set_diagonal_band_left_bound(static_cast<int>(mask.left_bound));
@@ -336,7 +337,8 @@ void CudnnAttention::backward(const TensorView& q, const TensorView& k, const Te
   if (q.size(1) == 0 || k.size(1) == 0) return;
   CurrentDeviceGuard guard(device_.index);
 
-  std::vector<int64_t> key{1, static_cast<int64_t>(q.dtype), mask.right_bound, mask.left_bound};
+  std::vector<int64_t> key{1, static_cast<int64_t>(q.dtype), mask.right_bound, mask.left_bound,
+                           deterministic_backward_ ? 1 : 0};
   uint32_t scale_bits = 0;
   std::memcpy(&scale_bits, &scale, sizeof(scale_bits));
   key.push_back(scale_bits);

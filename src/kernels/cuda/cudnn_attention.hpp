@@ -69,6 +69,10 @@ class CudnnAttention {
   /// Enqueues later work on `stream`; the caller orders it after the previous stream's work.
   void set_stream(cudaStream_t stream);
 
+  /// Later backward calls run cuDNN's deterministic algorithm (the same bits every run; dq
+  /// without atomics, slower), or its default one. Graphs of either kind are cached apart.
+  void set_deterministic_backward(bool deterministic) { deterministic_backward_ = deterministic; }
+
   /// out = softmax(scale * q k^T, masked) v and stats = its log-sum-exp per row, for one piece.
   /// Throws Error for fp32 (cuDNN's fused attention has no fp32 path) or an unsupported shape.
   void forward(const TensorView& q,     // (B, n, H, D) bf16/fp16, stride 1 along D
@@ -110,6 +114,7 @@ class CudnnAttention {
   std::shared_ptr<SharedGraphs> shared_;  // this device's, shared with its other live objects
   void* workspace_ = nullptr;  // cuDNN's workspace, grown to the largest graph's need
   std::size_t workspace_bytes_ = 0;
+  bool deterministic_backward_ = false;
 };
 
 }  // namespace spattn::cuda

@@ -20,6 +20,7 @@
 // element-wise; rows that see no key (lse -inf) and rows past the query count contribute nothing.
 
 #include <cutlass/arch/barrier.h>
+#include <cutlass/barrier.h>
 #include <cutlass/cutlass.h>
 #include <cutlass/numeric_conversion.h>
 #include <cutlass/numeric_types.h>
@@ -45,7 +46,7 @@ struct BackwardTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockN = kBackwardKeyTile;  // keys of the CTA, 64 per warpgroup
-  static constexpr int kBlockM = 64;                // query rows per step
+  static constexpr int kBlockM = kBackwardQueryTile;  // query rows per step
   static constexpr int kWarpgroups = 2;
   static constexpr int kThreads = 128 * kWarpgroups;
   static constexpr int kStages = 2;  // query tiles (Q, dO, lse, delta) in shared memory
@@ -155,6 +156,37 @@ struct RowTerms {
 /// The named barrier of the threads that compute dQ, once each has stored its part (id 0 is
 /// __syncthreads').
 constexpr uint32_t kQueryGradStoredBarrier = 1;
+
+/// The turn counters of the deterministic mode (BackwardProblem::dq_turns), waited on and moved
+/// on by one thread, which synchronizes with the others by the kernel's own barriers.
+struct OneThreadSync {
+  __device__ static void sync() {}
+};
+using QueryGradTurnBarrier = cutlass::GenericBarrier<OneThreadSync>;
+
+/// Waits until this thread's bulk operations (the TMA unit's adds into dq) are complete, their
+/// writes performed, not only their shared-memory sources read (cute::tma_store_wait's `.read`).
+__device__ inline void wait_bulk_operations_complete() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+
+/// Orders this thread's global-memory accesses through the generic proxy (the turn counters)
+/// with those through the async proxy (the TMA unit's adds), both ways.
+__device__ inline void fence_generic_with_async_global() { asm volatile("fence.proxy.async.global;" ::: "memory"); }
+
+/// The key tiles of the launch before `tile_index` that add into the dQ of the query tile `rows`:
+/// the place of this CTA's add in the deterministic order. A CTA visits a query tile exactly when
+/// a key of its tile is visible to one of the tile's rows (the loop bounds above), which is what
+/// visible_key_tiles counts.
+__device__ inline int key_tiles_before(const BackwardProblem& problem, int tile_index, QueryRows rows) {
+  int before = 0;
+  for (int index = 0; index < problem.num_segments; ++index) {
+    const BackwardSegment& segment = problem.segments[index];
+    const KeyTileSpan span = visible_key_tiles(rows, KeyRange{segment.position, segment.keys}, problem.mask_left,
+                                               problem.mask_right, kBackwardKeyTile);
+    const int end = min(span.end, tile_index - segment.first_tile);
+    if (end > span.begin) before += end - span.begin;
+  }
+  return before;
+}
 
 template <class Traits>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
@@ -272,6 +304,30 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     copy(tma, group_modes<0, 3>(cta.partition_S(sdQ)), group_modes<0, 3>(cta.partition_D(g))(_, at.m_block));
     tma_store_arrive();
   };
+  // Deterministic mode, thread 0: the turn counter of the query tile whose add is in flight (-1:
+  // none). A CTA waits only for key tiles of lower index, whose CTAs started before it (the grid
+  // runs in index order) and never wait for it: no cycle, no deadlock.
+  const int query_tiles = (problem.rows + kBlockM - 1) / kBlockM;
+  int turn_in_flight = -1;
+  const auto await_turn = [&](const QueryStep& at, QueryRows rows) {
+    const int turn = (batch * problem.heads + at.head) * query_tiles + at.m_block;
+    QueryGradTurnBarrier::wait_eq(problem.dq_turns, 0, turn, key_tiles_before(problem, tile_index, rows));
+    fence_generic_with_async_global();  // the add below comes after the previous tile's
+    turn_in_flight = turn;
+  };
+  // The previous add read out of shared memory (and, in deterministic mode, complete and its turn
+  // passed on to the next key tile) before this step's dQ overwrites its source.
+  const auto finish_query_grad_add = [&] {
+    if (problem.dq_turns == nullptr) {
+      tma_store_wait<0>();
+      return;
+    }
+    if (turn_in_flight < 0) return;
+    wait_bulk_operations_complete();
+    fence_generic_with_async_global();
+    QueryGradTurnBarrier::arrive_inc(problem.dq_turns, 0, turn_in_flight);
+    turn_in_flight = -1;
+  };
 
   if (thread == 0) {
     cute::prefetch_tma_descriptor(params.tma_q.get_tma_descriptor());
@@ -379,7 +435,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     // dS written by every thread, seen by the tensor cores' reads (the async proxy); the previous
     // step's dQ read out of shared memory by the TMA unit before this step's overwrites it.
     cutlass::arch::fence_view_async_shared();
-    if (thread == 0) tma_store_wait<0>();
+    if (thread == 0) finish_query_grad_add();
     __syncthreads();
     if (warpgroup < Traits::kQueryGradWarpgroups) {
       Tensor dQ = partition_fragment_C(mma_query_grad, Shape<Int<kBlockM>, Int<kHeadDim>>{});
@@ -392,12 +448,15 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       // the query count fall outside dq's TMA tensor and are not added).
       tma_store_fence();
       cutlass::arch::NamedBarrier::sync(128 * Traits::kQueryGradWarpgroups, kQueryGradStoredBarrier);
-      if (thread == 0) add_query_grad(at);
+      if (thread == 0) {
+        if (problem.dq_turns != nullptr) await_turn(at, rows);
+        add_query_grad(at);
+      }
     } else {
       warpgroup_wait<0>();
     }
   }
-  if (thread == 0) tma_store_wait<0>();  // the last dQ read out before the CTA's shared memory goes
+  if (thread == 0) finish_query_grad_add();  // the last dQ read out before the CTA's shared memory goes
 
   // dK (times the scale) and dV into the segment's accumulators, keys past its end left out.
   CUTE_UNROLL

@@ -14,6 +14,8 @@ namespace spattn::cuda::hopper {
 
 /// Keys per CTA of the own backward: 64 for each of its two warpgroups.
 constexpr int kBackwardKeyTile = 128;
+/// Query rows per step of a CTA's loop.
+constexpr int kBackwardQueryTile = 64;
 
 struct BackwardSegment {
   const void* k = nullptr;    // (B, keys, HK, D)
@@ -40,6 +42,9 @@ struct BackwardProblem {
   int64_t delta_strides[3] = {};
   float* dq = nullptr;  // (B, Sq, H, D) fp32, accumulated
   int64_t dq_strides[3] = {};
+  // (B, H, query tiles of kBackwardQueryTile rows) zeroed turn counters: dQ added into dq in the
+  // order of the key tiles (QueryGradTurns, deterministic mode); null: in any order.
+  int* dq_turns = nullptr;
   int32_t batch = 0;
   int32_t rows = 0;  // Sq
   int32_t heads = 0;

@@ -111,10 +111,13 @@ std::string hopper_backward_unsupported(const Device& device, DType dtype, int64
 
 std::string hopper_backward_unsupported(const BackwardBlock& block) { return block_unsupported(block); }
 
-void hopper_backward(const BackwardBlock& block, cudaStream_t stream) {
+void hopper_backward(const BackwardBlock& block, cudaStream_t stream, hopper::QueryGradTurns* turns) {
   const std::string reason = block_unsupported(block);
   SPATTN_CHECK(reason.empty(), "the own Hopper backward cannot run this block: " << reason);
   const TensorView& q = block.q;
+  SPATTN_CHECK(turns == nullptr || turns->device() == q.device, "the own Hopper backward: its turn counters are on "
+                                                                    << device_name(turns->device()) << ", the block on "
+                                                                    << device_name(q.device));
   if (q.numel() == 0) return;
   const Launcher launch = launcher_for(q.size(3), q.dtype);
   CurrentDeviceGuard guard(q.device.index);
@@ -140,8 +143,17 @@ void hopper_backward(const BackwardBlock& block, cudaStream_t stream) {
 
   // Segments in launches of up to kMaxSegmentsPerLaunch, each adding into the gradients; segments
   // without keys take no place.
+  const int64_t query_tiles = (q.size(1) + hopper::kBackwardQueryTile - 1) / hopper::kBackwardQueryTile;
+  // The kernel numbers the turn counters in int32.
+  SPATTN_CHECK(turns == nullptr || q.size(0) * q.size(2) * query_tiles <= std::numeric_limits<int32_t>::max(),
+               "the own Hopper backward in deterministic mode: batch "
+                   << q.size(0) << " x " << q.size(2) << " heads x " << query_tiles << " query tiles of "
+                   << hopper::kBackwardQueryTile << " rows exceed its 2^31 - 1 turn counters");
   const auto launch_segments = [&] {
-    if (problem.num_segments > 0) launch(problem, stream);
+    if (problem.num_segments == 0) return;
+    // Every launch counts its key tiles' turns from zero.
+    if (turns != nullptr) problem.dq_turns = turns->zeroed(q.size(0) * q.size(2) * query_tiles, stream);
+    launch(problem, stream);
     problem.num_segments = 0;
     problem.key_tiles = 0;
   };

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "kernels/block_kernels.hpp"
+#include "kernels/hopper/query_grad_turns.hpp"
 #include "spattn/device.hpp"
 #include "spattn/dtype.hpp"
 
@@ -28,10 +29,11 @@ std::string hopper_backward_unsupported(const BackwardBlock& block);
 
 /// Enqueues `block` (see BackwardBlock) on `stream`; hopper_backward_unsupported(block) must be "".
 /// dk and dv of each segment are added once per key, by one thread (the same bits every run); dq
-/// gathers the key tiles' contributions by the TMA unit's fp32 reduce-add, whose order varies from
-/// run to run (differences of fp32 round-off). Blocks of more segments than one launch takes run
-/// as several launches.
-void hopper_backward(const BackwardBlock& block, cudaStream_t stream);
+/// gathers the key tiles' contributions by the TMA unit's fp32 reduce-add, in an order that varies
+/// from run to run (differences of fp32 round-off) unless `turns` is given (on the block's
+/// device): then in the key tiles' order, the same bits every run (QueryGradTurns says the cost).
+/// Blocks of more segments than one launch takes run as several launches.
+void hopper_backward(const BackwardBlock& block, cudaStream_t stream, hopper::QueryGradTurns* turns = nullptr);
 
 /// What the own backward supports in this build, in words (`spattn info`).
 std::string hopper_backward_description();

@@ -49,6 +49,7 @@ TEST(CliOptionsTest, RunHasTheDocumentedDefaults) {
   EXPECT_EQ(options.nodes, 1);
   EXPECT_EQ(options.inner, 0);
   EXPECT_EQ(options.kernel, KernelChoice::automatic);
+  EXPECT_FALSE(options.deterministic);
 }
 
 TEST(CliOptionsTest, KvHeadsFollowsHeadsUnlessGiven) {
@@ -117,7 +118,9 @@ TEST(CliOptionsTest, EveryValuedOptionWorksInBothForms) {
 }
 
 TEST(CliOptionsTest, FlagsSetTheirFields) {
-  const RunOptions options = parse_run({"--causal", "--backward", "--check", "--json", "--profile-steps"});
+  const RunOptions options =
+      parse_run({"--causal", "--backward", "--check", "--json", "--profile-steps", "--deterministic"});
+  EXPECT_TRUE(options.deterministic);
   EXPECT_TRUE(options.causal);
   EXPECT_TRUE(options.backward);
   EXPECT_TRUE(options.check);
@@ -286,7 +289,7 @@ TEST(CliOptionsTest, UsageTextDocumentsEveryOption) {
   for (const char* option :
        {"--algo NAME", "--causal", "--batch B", "--seq S", "--heads H", "--kv-heads HK", "--head-dim D", "--dtype T",
         "--window L,R", "--scale X", "--backward", "--check", "--inputs DIR", "--outputs DIR", "--iters N",
-        "--warmup N", "--seed N", "--json", "--profile-steps", "--threads N", "--nodes U", "--inner N1", "--across NAME", "--kernel NAME", "--help"}) {
+        "--warmup N", "--seed N", "--json", "--profile-steps", "--threads N", "--nodes U", "--inner N1", "--across NAME", "--kernel NAME", "--deterministic", "--help"}) {
     EXPECT_THAT(text, HasSubstr(option));
   }
   EXPECT_THAT(text, AllOf(HasSubstr("usage: spattn <command> [options]"), HasSubstr("ring, zigzag, stripe, ulysses, hamilton, hamilton2, allgather, usp, or auto (the fastest in spattn "
