@@ -453,6 +453,21 @@ void add_rows(std::vector<Row>& rows, const Row& common, const PassTimes& measur
   }
 }
 
+// The ideal: the whole sequence of `shape` on one GPU (each rank alone, `alone`), with `attention`'s
+// mask, documents and kernels, as row `name` of `flop` forward FLOP; zero times where it fails (for
+// want of memory, on every rank alike).
+PassTimes time_ideal(Communicator& world, Communicator& alone, const BenchOptions& options, const AttentionShape& shape,
+                     const AttentionOptions& attention, const std::string& name, double flop) {
+  announce(world, name, attention.causal, shape.seq);
+  const PassTimes ideal = measure_on_every_rank(world, name, [&] {
+                            return time_strategy(alone, alone, Algorithm::ring, shape, attention, options);
+                          }).value_or(PassTimes{});
+  std::vector<Row> rows;
+  add_rows(rows, Row{name, "local", 1, shape.seq, shape.kv_heads, attention.causal}, ideal, flop, PassTimes{});
+  write_and_clear(world, options, rows);
+  return ideal;
+}
+
 // The packed-documents rows of one sequence `shape` (see --documents at the top): one GPU on all
 // the documents, each strategy on them with its work per rank, and spattn's ring of the same
 // tokens without documents, all at the documents' FLOP.
@@ -470,15 +485,8 @@ void time_documents(Communicator& world, Communicator& communicator, Communicato
   }
   const std::string name = spattn_name + "_documents";
   std::vector<Row> rows;
-  PassTimes ideal;
-  if (options.ideal) {
-    announce(world, name + "_one_gpu", causal, shape.seq);
-    ideal = measure_on_every_rank(world, "the ideal on documents", [&] {
-              return time_strategy(alone, alone, Algorithm::ring, shape, attention, options);
-            }).value_or(PassTimes{});
-    add_rows(rows, Row{name + "_one_gpu", "local", 1, shape.seq, shape.kv_heads, causal}, ideal, flop, PassTimes{});
-    write_and_clear(world, options, rows);
-  }
+  const PassTimes ideal =
+      options.ideal ? time_ideal(world, alone, options, shape, attention, name + "_one_gpu", flop) : PassTimes{};
   // All-gather also runs over the whole sequence (Llama 3's split: contiguous stretches, documents
   // cut wherever the stretches end), the split that llama3_flash_attn_varlen_func users get.
   std::vector<std::pair<std::string, DocumentSplit>> entries;
@@ -539,17 +547,8 @@ void time_plans(Communicator& world, Communicator& communicator, Communicator& a
   const int gpus = world.size();
   const double flop = forward_flop(shape, causal);
   std::vector<Row> rows;
-  PassTimes ideal;
-  if (options.ideal) {
-    // The whole sequence on one GPU: may fail for want of memory.
-    announce(world, spattn_name + "_one_gpu", causal, shape.seq);
-    ideal = measure_on_every_rank(world, "the ideal", [&] {
-              return time_strategy(alone, alone, Algorithm::ring, shape, attention, options);
-            }).value_or(PassTimes{});
-    add_rows(rows, Row{spattn_name + "_one_gpu", "local", 1, shape.seq, shape.kv_heads, causal}, ideal, flop,
-             PassTimes{});
-    write_and_clear(world, options, rows);
-  }
+  const PassTimes ideal =
+      options.ideal ? time_ideal(world, alone, options, shape, attention, spattn_name + "_one_gpu", flop) : PassTimes{};
   // One GPU on one rank's shard alone (tokens per GPU, no communication): what each strategy's
   // time and memory per GPU compare with.
   const AttentionShape shard{shape.batch, tokens, shape.heads, shape.kv_heads, shape.head_dim, shape.dtype};

@@ -14,10 +14,7 @@
 #include "distributed_world.hpp"
 #include "spattn/error.hpp"
 #ifdef SPATTN_WITH_ONECCL
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
+#include "free_tcp_port.hpp"
 #include "scoped_environment.hpp"
 #include "spattn/oneccl_communicator.hpp"
 #endif
@@ -26,23 +23,10 @@ namespace spattn {
 namespace {
 
 #ifdef SPATTN_WITH_ONECCL
-// A TCP port free on this machine just now.
-int free_port() {
-  const int probe = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(probe, reinterpret_cast<const sockaddr*>(&address), sizeof address);
-  socklen_t length = sizeof address;
-  getsockname(probe, reinterpret_cast<sockaddr*>(&address), &length);
-  close(probe);
-  return ntohs(address.sin_port);
-}
-
 // An OnecclCommunicator made as in a job started without mpirun, from the variables torchrun would
 // set for this run's ranks and a port free on rank 0's machine (MPI only carries that port).
 std::unique_ptr<OnecclCommunicator> oneccl_from_torchrun_variables() {
-  const int my_port = world().rank() == 0 ? free_port() : 0;
+  const int my_port = world().rank() == 0 ? test::free_tcp_port() : 0;
   std::vector<int> ports(static_cast<std::size_t>(world().size()));
   world().host_all_gather(&my_port, ports.data(), sizeof my_port);
   const ScopedEnvironment rank("RANK", std::to_string(world().rank()));

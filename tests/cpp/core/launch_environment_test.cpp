@@ -7,9 +7,6 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <cstdlib>
 #include <future>
@@ -18,6 +15,7 @@
 #include <vector>
 
 #include "comm/rendezvous.hpp"
+#include "free_tcp_port.hpp"
 #include "spattn/error.hpp"
 
 namespace spattn {
@@ -124,21 +122,9 @@ TEST(LaunchEnvironment, MpiLaunchersWinOverTorchrunsVariables) {
   EXPECT_EQ(launcher_rank(), 0);
 }
 
-int free_port() {
-  const int probe = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(probe, reinterpret_cast<const sockaddr*>(&address), sizeof address);
-  socklen_t length = sizeof address;
-  getsockname(probe, reinterpret_cast<sockaddr*>(&address), &length);
-  close(probe);
-  return ntohs(address.sin_port);
-}
-
 // Runs share_from_rank_zero in one thread per (rank, world size); returns each one's data or error.
 std::vector<std::string> rendezvous(const std::vector<std::pair<int, int>>& ranks_and_sizes, double timeout) {
-  const int port = free_port();
+  const int port = test::free_tcp_port();
   std::vector<std::future<std::string>> results;
   for (const auto& [rank, world_size] : ranks_and_sizes)
     results.push_back(std::async(std::launch::async, [=] {
