@@ -258,14 +258,18 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     load(params.tma_k[segment_index], sK);
     load(params.tma_v[segment_index], sV);
   };
+  // The query tiles (M, D, tiles) of query head `head` of this CTA's batch, in the tensor of rows
+  // (q, dout or dq) that `tma` reads or adds into.
+  const auto query_tiles_of = [&](const auto& tma, int head) {
+    Tensor m = tma.get_tma_tensor(make_shape(problem.rows, kHeadDim, problem.heads, problem.batch))(_, _, head, batch);
+    return local_tile(m, Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(_, _0{}));
+  };
   const auto load_rows = [&](int step, int stage) {
     const QueryStep at = step_at(step);
     const auto load = [&](const typename Traits::TmaRows& tma, auto& destination) {
-      Tensor m =
-          tma.get_tma_tensor(make_shape(problem.rows, kHeadDim, problem.heads, problem.batch))(_, _, at.head, batch);
-      Tensor g = local_tile(m, Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(_, _0{}));  // (M, D, tiles)
       auto cta = tma.get_slice(_0{});
-      copy(tma.with(barrier_word(shared.rows_full[stage]), 0), group_modes<0, 3>(cta.partition_S(g))(_, at.m_block),
+      copy(tma.with(barrier_word(shared.rows_full[stage]), 0),
+           group_modes<0, 3>(cta.partition_S(query_tiles_of(tma, at.head)))(_, at.m_block),
            group_modes<0, 3>(cta.partition_D(destination))(_, stage));
     };
     shared.rows_full[stage].arrive_and_expect_tx(2 * Traits::kRowTileBytes);
@@ -297,11 +301,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   // shared memory asynchronously (tma_store_wait before the next step's dQ overwrites it).
   const auto add_query_grad = [&](const QueryStep& at) {
     const auto& tma = params.tma_dq_add;
-    Tensor m =
-        tma.get_tma_tensor(make_shape(problem.rows, kHeadDim, problem.heads, problem.batch))(_, _, at.head, batch);
-    Tensor g = local_tile(m, Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(_, _0{}));  // (M, D, tiles)
     auto cta = tma.get_slice(_0{});
-    copy(tma, group_modes<0, 3>(cta.partition_S(sdQ)), group_modes<0, 3>(cta.partition_D(g))(_, at.m_block));
+    copy(tma, group_modes<0, 3>(cta.partition_S(sdQ)),
+         group_modes<0, 3>(cta.partition_D(query_tiles_of(tma, at.head)))(_, at.m_block));
     tma_store_arrive();
   };
   // Deterministic mode, thread 0: the turn counter of the query tile whose add is in flight (-1:
@@ -477,27 +479,28 @@ void launch_backward_tiles(const BackwardProblem& problem, cudaStream_t stream) 
   constexpr int kHeadDim = Traits::kHeadDim;
   BackwardParams<Traits> params{};
   params.problem = problem;
-  const auto rows_tensor = [](const void* data, int32_t tokens, int32_t heads, int32_t batch,
-                              const int64_t(&strides)[3]) {
-    return make_tensor(make_gmem_ptr(static_cast<Element const*>(data)),
-                       make_shape(tokens, int32_t{kHeadDim}, heads, batch),
+  // (tokens, D, heads, B) of `data`, head_dim contiguous: the 16-bit inputs or the fp32 dq.
+  const auto rows_tensor = [](auto* data, int32_t tokens, int32_t heads, int32_t batch, const int64_t(&strides)[3]) {
+    return make_tensor(make_gmem_ptr(data), make_shape(tokens, int32_t{kHeadDim}, heads, batch),
                        make_stride(strides[1], _1{}, strides[2], strides[0]));
   };
   const auto rows_copy = [&](const void* data, const int64_t(&strides)[3]) {
-    return make_tma_copy(SM90_TMA_LOAD{}, rows_tensor(data, problem.rows, problem.heads, problem.batch, strides),
+    return make_tma_copy(SM90_TMA_LOAD{},
+                         rows_tensor(static_cast<Element const*>(data), problem.rows, problem.heads, problem.batch,
+                                     strides),
                          take<0, 2>(typename Traits::SmemRows{}), Shape<Int<Traits::kBlockM>, Int<kHeadDim>>{}, _1{});
   };
   params.tma_q = rows_copy(problem.q, problem.q_strides);
   params.tma_dout = rows_copy(problem.dout, problem.dout_strides);
   params.tma_dq_add = make_tma_copy(
-      SM90_TMA_REDUCE_ADD{},
-      make_tensor(make_gmem_ptr(problem.dq), make_shape(problem.rows, int32_t{kHeadDim}, problem.heads, problem.batch),
-                  make_stride(problem.dq_strides[1], _1{}, problem.dq_strides[2], problem.dq_strides[0])),
+      SM90_TMA_REDUCE_ADD{}, rows_tensor(problem.dq, problem.rows, problem.heads, problem.batch, problem.dq_strides),
       typename Traits::SmemQueryGrad{}, Shape<Int<Traits::kBlockM>, Int<kHeadDim>>{}, _1{});
   for (int index = 0; index < problem.num_segments; ++index) {
     const BackwardSegment& segment = problem.segments[index];
     const auto keys_copy = [&](const void* data, const int64_t(&strides)[3]) {
-      return make_tma_copy(SM90_TMA_LOAD{}, rows_tensor(data, segment.keys, problem.kv_heads, problem.batch, strides),
+      return make_tma_copy(SM90_TMA_LOAD{},
+                           rows_tensor(static_cast<Element const*>(data), segment.keys, problem.kv_heads,
+                                       problem.batch, strides),
                            typename Traits::SmemKeys{}, Shape<Int<Traits::kBlockN>, Int<kHeadDim>>{}, _1{});
     };
     params.tma_k[index] = keys_copy(segment.k, segment.k_strides);
