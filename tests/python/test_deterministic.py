@@ -9,7 +9,9 @@ import torch.distributed as dist
 import spattn
 
 
-def shard(heads=4, kv_heads=2, local_seq=8, head_dim=8):
+def shard(local_seq=8, head_dim=8):
+    # Heads that every strategy here splits at any rank count (Ulysses splits them over the ranks).
+    heads, kv_heads = 2 * dist.get_world_size(), dist.get_world_size()
     torch.manual_seed(100 + dist.get_rank())
     q = torch.randn(1, local_seq, heads, head_dim, requires_grad=True)
     k = torch.randn(1, local_seq, kv_heads, head_dim, requires_grad=True)
