@@ -53,6 +53,7 @@
 #include "bench_options.hpp"
 #include "bench_tensor.hpp"
 #include "core/cuda/cuda_check.hpp"
+#include "core/cuda/current_device_guard.hpp"
 #include "kernels/cuda/cuda_elementwise_kernels.hpp"
 #include "kernels/cuda/cudnn_attention.hpp"
 #include "kernels/hopper/hopper_backward.hpp"
@@ -253,6 +254,8 @@ PassTimes time_cudnn_alone(Communicator& alone, const AttentionShape& shape, boo
 PassTimes time_own_call_alone(Communicator& alone, const AttentionShape& shape, bool causal,
                               const BenchOptions& options) {
   const Device device = alone.device();
+  // The zeroing below goes to the legacy stream of the current device, which must be this rank's.
+  const cuda::CurrentDeviceGuard guard(device.index);
   const int64_t B = shape.batch, S = shape.seq, H = shape.heads, HK = shape.kv_heads, D = shape.head_dim;
   const BenchTensor q(device, shape.dtype, {B, S, H, D}, 5), k(device, shape.dtype, {B, S, HK, D}, 6),
       v(device, shape.dtype, {B, S, HK, D}, 7), dout(device, shape.dtype, {B, S, H, D}, 8),

@@ -19,7 +19,8 @@
 #                at SPATTN_SWEEP_RANKS ranks (default 1 2 3 8) over the machine's GPUs; with
 #                SPATTN_SWEEP_DOC_LENS=L1,L2,... on those packed documents (scripts/check-sweep.sh);
 #                SPATTN_SWEEP_KERNEL=own|cudnn passes --kernel (default: automatic); sweep-summary.txt
-#                has one line per run ending in PASS, FAIL or ERROR with its worst error ratio
+#                has one line per run ending in PASS, FAIL or ERROR with its worst error ratio;
+#                SPATTN_SWEEP_JOBS runs (default 4) go at once
 #   forward-sweep  the same without --backward (out and lse only), for each --kernel in
 #                SPATTN_SWEEP_KERNELS (default own cudnn): forward-sweep-KERNEL.log
 #   faults       StalledRankOnGpus and PlanMemoryOnGpus at one rank per GPU (SPATTN_FAULTS_FILTER, a
@@ -442,7 +443,7 @@ write_sweep_summary() {
 if ! wants sweep; then
   :
 elif ((built)); then
-  SPATTN_BIN="$build_dir/spattn" SPATTN_SWEEP_RANKS="${SPATTN_SWEEP_RANKS:-1 2 3 8}" \
+  SPATTN_BIN="$build_dir/spattn" SPATTN_SWEEP_RANKS="${SPATTN_SWEEP_RANKS:-1 2 3 8}" SPATTN_SWEEP_JOBS="${SPATTN_SWEEP_JOBS:-4}" \
     timeout "$(seconds_left)" bash "$root/scripts/check-sweep.sh" --device cuda \
       ${SPATTN_SWEEP_KERNEL:+--kernel "$SPATTN_SWEEP_KERNEL"} >"$logs/sweep.log" 2>&1
   status=$?
@@ -462,7 +463,8 @@ if ! wants forward-sweep; then
   :
 elif ((built)); then
   for kernel in ${SPATTN_SWEEP_KERNELS:-own cudnn}; do
-    SPATTN_BIN="$build_dir/spattn" SPATTN_SWEEP_RANKS="${SPATTN_SWEEP_RANKS:-1 2 3 8}" SPATTN_SWEEP_PASS=forward \
+    SPATTN_BIN="$build_dir/spattn" SPATTN_SWEEP_RANKS="${SPATTN_SWEEP_RANKS:-1 2 3 8}" SPATTN_SWEEP_JOBS="${SPATTN_SWEEP_JOBS:-4}" \
+      SPATTN_SWEEP_PASS=forward \
       timeout "$(seconds_left)" bash "$root/scripts/check-sweep.sh" --device cuda --kernel "$kernel" \
       >"$logs/forward-sweep-$kernel.log" 2>&1
     status=$?
@@ -569,7 +571,7 @@ elif ((built)); then
     "$build_dir/bench/spattn_gpu_bench" \
     --device-name "$device_name x$gpus" --csv "$logs/bench.csv" ${SPATTN_BENCH_ARGS:-} >"$logs/bench.log" 2>&1
   status=$?
-  if [[ $status -eq 0 ]]; then record bench passed "spattn: $(grep -c '^spattn,' "$logs/bench.csv") rows"
+  if [[ $status -eq 0 ]]; then record bench passed "spattn: $(grep -c '^spattn' "$logs/bench.csv") rows"
   else record bench failed "spattn_gpu_bench exit $status: see bench.log"; fi
 else
   record bench skipped "no build"

@@ -11,6 +11,9 @@
 #define SPATTN_CUDA_CHECK(call)                                                                 \
   do {                                                                                          \
     const cudaError_t spattn_cuda_status_ = (call);                                             \
+    /* The runtime also keeps the error as the thread's last error: clear it, or the next */    \
+    /* launch check would report it as that kernel's failure. */                                \
+    if (spattn_cuda_status_ != cudaSuccess) (void)cudaGetLastError();                           \
     SPATTN_CHECK(spattn_cuda_status_ == cudaSuccess,                                            \
                  #call << " failed: " << cudaGetErrorName(spattn_cuda_status_) << " ("         \
                        << cudaGetErrorString(spattn_cuda_status_) << ")");                     \
