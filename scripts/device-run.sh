@@ -21,6 +21,9 @@
 #                SPATTN_SWEEP_KERNEL=own|cudnn passes --kernel (default: automatic); sweep-summary.txt
 #                has one line per run ending in PASS, FAIL or ERROR with its worst error ratio;
 #                SPATTN_SWEEP_JOBS runs (default 4) go at once
+#   timeline     `spattn run --timeline` of each of SPATTN_TIMELINE_ALGOS (default zigzag hamilton ulysses)
+#                at one rank per GPU (SPATTN_TIMELINE_ARGS: the shape; default causal 8k tokens per GPU,
+#                GQA 32/8, D 128, own kernels, forward and backward): timeline-ALGO.{csv,md,png}
 #   forward-sweep  the same without --backward (out and lse only), for each --kernel in
 #                SPATTN_SWEEP_KERNELS (default own cudnn): forward-sweep-KERNEL.log
 #   faults       StalledRankOnGpus and PlanMemoryOnGpus at one rank per GPU (SPATTN_FAULTS_FILTER, a
@@ -589,6 +592,26 @@ if wants torch-bench; then
   done
   if [[ $status -eq 0 ]]; then record torch-bench passed "$(grep -c '^torch' "$logs/bench.csv") rows"
   else record torch-bench failed "torch_context_parallel.py exit $status: see torch.log"; fi
+fi
+# ---- timeline -----------------------------------------------------------------------------------------
+# Each strategy of SPATTN_TIMELINE_ALGOS at one rank per GPU with `spattn run --timeline`: every
+# rank's compute and exposed transfer time per step (timeline-ALGO.{csv,md,png}).
+if ! wants timeline; then
+  :
+elif ((built)); then
+  status=0
+  for algo in ${SPATTN_TIMELINE_ALGOS:-zigzag hamilton ulysses}; do
+    # shellcheck disable=SC2086  # the extra arguments are words
+    timeout "$(seconds_left)" mpirun --oversubscribe -np "$gpus" "$build_dir/spattn" run --device cuda --algo "$algo" \
+      ${SPATTN_TIMELINE_ARGS:---seq $((8192 * gpus)) --heads 32 --kv-heads 8 --head-dim 128 --dtype bf16 --causal --backward --kernel own --warmup 2 --iters 3} \
+      --timeline "$logs/timeline-$algo.csv" >>"$logs/timeline.log" 2>&1 || status=$?
+    python3 "$root/bench/plot_timeline.py" "$logs/timeline-$algo.csv" --title "$algo, $device_name x$gpus" \
+      --out "$logs/timeline-$algo.png" --markdown "$logs/timeline-$algo.md" >>"$logs/timeline.log" 2>&1 || status=$?
+  done
+  if [[ $status -eq 0 ]]; then record timeline passed "${SPATTN_TIMELINE_ALGOS:-zigzag hamilton ulysses}"
+  else record timeline failed "exit $status: see timeline.log"; fi
+else
+  record timeline skipped "no build"
 fi
 # ---- kernel-bench -------------------------------------------------------------------------------------
 if ! wants kernel-bench; then

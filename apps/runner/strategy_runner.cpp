@@ -1,6 +1,5 @@
 #include "strategy_runner.hpp"
 
-#include <chrono>
 #include <memory>
 #include <optional>
 
@@ -31,8 +30,9 @@ AttentionProblem random_problem(const AttentionShape& shape, const AttentionOpti
 
 namespace {
 
-// Adds `one` into `sum` (totals and per-step entries).
+// Adds `one` into `sum` (totals and per-step entries); the timeline is the latest call's.
 void add_profile(Profile& sum, const Profile& one) {
+  sum.spans = one.spans;
   sum.total_ms += one.total_ms;
   sum.comm_wait_ms += one.comm_wait_ms;
   sum.compute_ms += one.compute_ms;
@@ -119,17 +119,6 @@ HostTensor gather_full(Communicator& communicator, const ShardMap& map, const De
   return full;
 }
 
-// Milliseconds of `call` of `plan` on its device, from the moment the work queued before it has
-// run to the moment its own has; throws when a transfer of it failed after the call returned.
-template <typename Call>
-double device_milliseconds(DistributedAttention& plan, Call&& call) {
-  plan.synchronize();
-  const auto start = std::chrono::steady_clock::now();
-  call();
-  plan.synchronize();
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-}
-
 }  // namespace
 
 AttentionOutputs run_single_device(const AttentionProblem& problem, const Device& device) {
@@ -205,43 +194,24 @@ StrategyRun run_strategy(Communicator& communicator, Algorithm algorithm, const 
   };
 
   StrategyRun run;
-  // A profiled call on an asynchronous device synchronizes at every section (ProfileRecorder),
-  // which would cost the overlap it measures: there the timed calls run without a Profile,
-  // bracketed by device synchronization, and one more profiled call splits the time into compute
-  // and communication. The CPU runs synchronously, and every timed call is profiled.
-  const bool synchronous = device.kind == DeviceKind::cpu;
-  double forward_ms = 0, backward_ms = 0;
+  // Every call is profiled: a Profile synchronizes with the device at the call's start and end
+  // only (ProfileRecorder), so it keeps the overlap it measures.
   int64_t allocations_after_first_call = -1;
   for (int iteration = 0; iteration < warmup + iterations; ++iteration) {
     if (iteration == 1) allocations_after_first_call = memory_statistics(device).allocations;
-    const bool timed = iteration >= warmup;
     Profile forward_profile, backward_profile;
     forward_profile.per_step = backward_profile.per_step = per_step_profile;
-    if (synchronous) {
-      call_forward(&forward_profile);
-      if (backward) call_backward(&backward_profile);
-      if (!timed) continue;
-      add_profile(run.forward, forward_profile);
-      add_profile(run.backward, backward_profile);
-      continue;
-    }
-    const double forward_call_ms = device_milliseconds(*plan, [&] { call_forward(nullptr); });
-    const double backward_call_ms = backward ? device_milliseconds(*plan, [&] { call_backward(nullptr); }) : 0.0;
-    if (!timed) continue;
-    forward_ms += forward_call_ms;
-    backward_ms += backward_call_ms;
+    call_forward(&forward_profile);
+    if (backward) call_backward(&backward_profile);
+    // A transfer that failed after its call returned is reported here, not at a later call.
+    plan->synchronize();
+    if (iteration < warmup) continue;
+    add_profile(run.forward, forward_profile);
+    add_profile(run.backward, backward_profile);
   }
-  if (synchronous) {
-    divide_profile(run.forward, iterations);
-    divide_profile(run.backward, iterations);
-  } else {
-    if (allocations_after_first_call < 0) allocations_after_first_call = memory_statistics(device).allocations;
-    run.forward.per_step = run.backward.per_step = per_step_profile;
-    call_forward(&run.forward);
-    if (backward) call_backward(&run.backward);
-    run.forward.total_ms = iterations > 0 ? forward_ms / iterations : 0.0;
-    run.backward.total_ms = iterations > 0 ? backward_ms / iterations : 0.0;
-  }
+  divide_profile(run.forward, iterations);
+  divide_profile(run.backward, iterations);
+  if (allocations_after_first_call < 0) allocations_after_first_call = memory_statistics(device).allocations;
   const MemoryStatistics after_calls = memory_statistics(device);
   run.memory.peak_bytes = after_calls.peak_bytes_in_use - before_plan.bytes_in_use;
   run.memory.allocations_after_first_call =

@@ -297,6 +297,13 @@ const OptionTable<RunOptions>& run_option_table() {
        [](RunOptions& options, const std::string&) { options.json = true; }},
       {"--profile-steps", nullptr, "print a table of per-step timings",
        [](RunOptions& options, const std::string&) { options.profile_steps = true; }},
+      {"--timeline", "FILE",
+       "write every rank's timeline of the last timed call to FILE as CSV: each step's compute and the time it "
+       "stood waiting for transfers, on the device's clock (bench/plot_timeline.py draws it)",
+       [](RunOptions& options, const std::string& value) {
+         if (value.empty()) fail_value("--timeline", "a file path", value);
+         options.timeline_path = value;
+       }},
       {"--threads", "N", "CPU threads per rank (default: automatic)",
        [](RunOptions& options, const std::string& value) { options.threads = parse_count("--threads", value, 1); }},
       {"--device", "KIND", "cpu or cuda (bf16/fp16; a machine's ranks are dealt over its GPUs) (default cpu)",

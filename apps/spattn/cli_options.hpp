@@ -49,6 +49,7 @@ struct RunOptions {
   bool check = false;  // compare against the fp64 reference and a single-rank run
   bool json = false;   // print one JSON object as the last line
   bool profile_steps = false;
+  std::string timeline_path;  // --timeline: every rank's per-step timeline as CSV here; empty: none
   std::string inputs_dir;   // empty: generate inputs from the seed
   std::string outputs_dir;  // empty: write no outputs
   int iters = 1;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <sstream>
@@ -20,6 +21,7 @@
 #include "spattn/mpi_communicator.hpp"
 #include "spattn/reference_attention.hpp"
 #include "strategy_runner.hpp"
+#include "timeline_file.hpp"
 
 namespace spattn::app {
 
@@ -223,8 +225,11 @@ int run_command(const RunOptions& given) {
   std::string selection;
   if (options.algorithm == kAutoAlgorithm) selection = select_strategy(options, problem, world.size(), strategy_options);
   const Algorithm algorithm = parse_algorithm(options.algorithm);
+  std::ofstream timeline;
+  if (!options.timeline_path.empty()) timeline = open_timeline(world, options.timeline_path);
   const StrategyRun run = run_strategy(*communicator, algorithm, problem, options.warmup, options.iters,
-                                       options.profile_steps, strategy_options);
+                                       options.profile_steps || !options.timeline_path.empty(), strategy_options);
+  const std::string timeline_error = options.timeline_path.empty() ? "" : write_timeline(world, timeline, run);
 
   RunReport report;
   report.options = options;
@@ -252,8 +257,8 @@ int run_command(const RunOptions& given) {
 
   // Rank 0 checks, writes and reports; every rank then exits with rank 0's verdict.
   int status = 0;
-  std::string error;
-  if (world.rank() == 0) {
+  std::string error = timeline_error;
+  if (world.rank() == 0 && error.empty()) {
     try {
       if (options.check) {
         const AttentionOutputs single = run_single_device(problem, placement.device);

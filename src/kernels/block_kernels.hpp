@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/stream_mark.hpp"
 #include "spattn/attention_options.hpp"
 #include "spattn/tensor.hpp"
 
@@ -118,6 +119,10 @@ class BlockKernels {
   /// Blocks the host until all work enqueued so far has run: only for callers that time or read
   /// results on the host (a Profile). CPU kernels are synchronous already.
   virtual void synchronize() {}
+
+  /// A mark placed after the work enqueued so far (a Profile's clock). CPU kernels have run it
+  /// already: the host clock.
+  virtual std::unique_ptr<StreamMark> mark() { return std::make_unique<HostClockMark>(); }
 
   /// Device memory for workspaces, allocated once per plan, never inside a step loop.
   virtual void* allocate(std::size_t bytes) = 0;

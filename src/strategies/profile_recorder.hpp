@@ -1,14 +1,19 @@
 #pragma once
-// Fills a Profile (when the caller asked for one) with wall time split into compute and waiting
-// on communication, per step on request. On a device that runs asynchronously, a profiled call
-// synchronizes the host with the kernels' stream at the end of every timed section, so that each
-// time is the device's; a call without a Profile never synchronizes.
+// Fills a Profile (when the caller asked for one) with the call's time split into compute and
+// waiting on communication, per step and as a timeline on request. Each section is timed by two
+// marks of the kernels (StreamMark: GPU events on a device that runs asynchronously), read when
+// the call ends; the call synchronizes the host with the kernels' stream at its start and end
+// only, so that a profiled call keeps the overlap of transfers and compute. A call without a
+// Profile never synchronizes.
 
 #include <chrono>
+#include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "kernels/block_kernels.hpp"
+#include "kernels/stream_mark.hpp"
 #include "spattn/communicator.hpp"
 #include "spattn/error.hpp"
 #include "spattn/profile.hpp"
@@ -26,14 +31,15 @@ class ProfileRecorder {
     if (profile_) kernels_.synchronize();
     call_start_ = Clock::now();
     if (!profile_) return;
-    *profile_ = Profile{profile_->per_step, 0, 0, 0, 0, 0, {}};
+    *profile_ = Profile{profile_->per_step, 0, 0, 0, 0, 0, {}, {}};
     if (profile_->per_step) profile_->steps.assign(static_cast<std::size_t>(steps), StepTiming{});
+    start_mark_ = kernels_.mark();
   }
 
   /// Runs `work`, counting its time as compute of `step`.
   template <typename Work>
   void compute(int step, Work&& work) {
-    timed(step, &StepTiming::compute_ms, &Profile::compute_ms, std::forward<Work>(work));
+    timed(step, ProfileSpan::Kind::compute, std::forward<Work>(work));
   }
 
   /// Waits on `transfer` through `communicator`, counting the time as waiting on communication in
@@ -43,7 +49,7 @@ class ProfileRecorder {
   void wait(int step, Communicator& communicator, PendingTransfer& transfer) {
     transfer.site = TransferSite{call_, step, steps_};
     try {
-      timed(step, &StepTiming::comm_wait_ms, &Profile::comm_wait_ms, [&] { communicator.wait(transfer); });
+      timed(step, ProfileSpan::Kind::comm_wait, [&] { communicator.wait(transfer); });
     } catch (const TimeoutError& error) {
       if (names_a_site(error.what())) throw;
       throw TimeoutError(error.what() + describe_site(transfer.site));
@@ -69,19 +75,27 @@ class ProfileRecorder {
   /// sent counts as sent at `step`.
   void fold_nested(int step, const Profile& nested) {
     if (!profile_) return;
-    const double waiting = nested.comm_wait_ms;
-    profile_->compute_ms -= waiting;
-    profile_->comm_wait_ms += waiting;
-    if (profile_->per_step && step >= 0 && step < static_cast<int>(profile_->steps.size())) {
-      profile_->steps[static_cast<std::size_t>(step)].compute_ms -= waiting;
-      profile_->steps[static_cast<std::size_t>(step)].comm_wait_ms += waiting;
-    }
+    nested_waits_.emplace_back(step, nested.comm_wait_ms);
     sent(step, nested.bytes_sent, nested.messages_sent);
   }
 
-  /// Sets the call's total time.
+  /// Waits for the call's work, then reads the marks into the profile and sets its total time.
   void finish() {
-    if (profile_) profile_->total_ms = milliseconds_since(call_start_);
+    if (!profile_) return;
+    kernels_.synchronize();
+    profile_->total_ms = milliseconds_since(call_start_);
+    for (const Section& section : sections_) {
+      const double start = section.begin->milliseconds_since(*start_mark_);
+      const double end = section.end->milliseconds_since(*start_mark_);
+      const bool waiting = section.kind == ProfileSpan::Kind::comm_wait;
+      add(section.step, waiting ? &StepTiming::comm_wait_ms : &StepTiming::compute_ms,
+          waiting ? &Profile::comm_wait_ms : &Profile::compute_ms, end - start);
+      if (profile_->per_step) profile_->spans.push_back(ProfileSpan{section.step, section.kind, start, end});
+    }
+    for (const auto& [step, waiting] : nested_waits_) {
+      add(step, &StepTiming::compute_ms, &Profile::compute_ms, -waiting);
+      add(step, &StepTiming::comm_wait_ms, &Profile::comm_wait_ms, waiting);
+    }
   }
 
  private:
@@ -89,19 +103,29 @@ class ProfileRecorder {
     return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
   }
 
+  // One timed section: the marks before and after its work.
+  struct Section {
+    int step;
+    ProfileSpan::Kind kind;
+    std::unique_ptr<StreamMark> begin, end;
+  };
+
   template <typename Work>
-  void timed(int step, double StepTiming::*step_field, double Profile::*total_field, Work&& work) {
+  void timed(int step, ProfileSpan::Kind kind, Work&& work) {
     if (!profile_) {
       work();
       return;
     }
-    const Clock::time_point start = Clock::now();
+    std::unique_ptr<StreamMark> begin = kernels_.mark();
     work();
-    kernels_.synchronize();
-    const double elapsed = milliseconds_since(start);
-    profile_->*total_field += elapsed;
+    sections_.push_back(Section{step, kind, std::move(begin), kernels_.mark()});
+  }
+
+  // Adds `milliseconds` to the call's `total_field` and, per step, to `step`'s `step_field`.
+  void add(int step, double StepTiming::*step_field, double Profile::*total_field, double milliseconds) {
+    profile_->*total_field += milliseconds;
     if (profile_->per_step && step >= 0 && step < static_cast<int>(profile_->steps.size()))
-      profile_->steps[static_cast<std::size_t>(step)].*step_field += elapsed;
+      profile_->steps[static_cast<std::size_t>(step)].*step_field += milliseconds;
   }
 
   Profile* profile_;
@@ -109,6 +133,9 @@ class ProfileRecorder {
   int steps_;
   const char* call_;
   Clock::time_point call_start_;
+  std::unique_ptr<StreamMark> start_mark_;
+  std::vector<Section> sections_;
+  std::vector<std::pair<int, double>> nested_waits_;  // (step, the nested call's waiting)
 };
 
 }  // namespace spattn

@@ -418,6 +418,47 @@ class PlanJson(unittest.TestCase):
         self.assertIn("divisible by ranks (1024)", strategies["ulysses"]["not_applicable"])
 
 
+class Timeline(unittest.TestCase):
+    """`spattn run --timeline FILE`: every rank's compute and waiting per step, in one CSV from rank
+    0, which bench/plot_timeline.py tabulates; a path that cannot be written ends every rank first."""
+
+    def test_every_rank_and_step_of_both_passes_in_order(self):
+        with tempfile.TemporaryDirectory() as directory:
+            path = os.path.join(directory, "timeline.csv")
+            result = spattn(3, "run", "--algo", "zigzag", "--causal", "--seq", "384", "--backward", "--iters", "2",
+                            "--timeline", path)
+            self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+            with open(path) as f:
+                lines = f.read().splitlines()
+            script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench", "plot_timeline.py")
+            table = subprocess.run([sys.executable, script, path], capture_output=True, text=True, check=True).stdout
+        self.assertEqual(lines[0], "rank,pass,step,kind,start_ms,end_ms,step_bytes_sent")
+        rows = [line.split(",") for line in lines[1:]]
+        self.assertEqual({(int(row[0]), row[1]) for row in rows},
+                         {(rank, name) for rank in range(3) for name in ("forward", "backward")})
+        for rank in range(3):
+            for name in ("forward", "backward"):
+                spans = [row for row in rows if int(row[0]) == rank and row[1] == name]
+                self.assertEqual({int(row[2]) for row in spans}, {0, 1, 2})  # zigzag: one step per rank
+                self.assertIn("comm_wait", {row[3] for row in spans})
+                ends = 0.0
+                for row in spans:
+                    start, end = float(row[4]), float(row[5])
+                    self.assertGreaterEqual(start, ends - 1e-3, row)
+                    self.assertGreaterEqual(end, start, row)
+                    ends = end
+                # Rank's K and V go around: steps 0 and 1 send, the last step only receives.
+                sent = {int(row[2]): int(row[6]) for row in spans}
+                self.assertGreater(sent[0], 0)
+        self.assertIn("| forward | 2 |", table)
+        self.assertIn("| backward | 0 |", table)
+
+    def test_a_path_that_cannot_be_written_ends_every_rank(self):
+        result = spattn(2, "run", "--timeline", "/nonexistent-directory/timeline.csv")
+        self.assertEqual(result.returncode, 1, result.stdout + result.stderr)
+        self.assertIn("--timeline /nonexistent-directory/timeline.csv: cannot open the file for writing", result.stderr)
+
+
 class KernelBenchTable(unittest.TestCase):
     """bench/plot_kernel_results.py tabulates the kernel benchmark's CSV: one table per pass, one row
     per case, the kernels' rates and the own kernel's ratios to cuDNN and to PyTorch's flash backend."""

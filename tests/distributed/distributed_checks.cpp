@@ -72,6 +72,25 @@ void expect_consistent_profile(const Profile& profile, std::size_t steps) {
   }
   EXPECT_NEAR(steps_compute, profile.compute_ms, 1e-6 + 1e-9 * profile.compute_ms);
   EXPECT_NEAR(steps_wait, profile.comm_wait_ms, 1e-6 + 1e-9 * profile.comm_wait_ms);
+  // The timeline: spans in the order they ran, one after another on the kernels' clock, within the
+  // call, and per step as long as its compute and waiting together (a nested call's waiting moves
+  // from compute to waiting, not out of the step).
+  ASSERT_FALSE(profile.spans.empty());
+  std::vector<double> steps_spanned(steps, 0.0);
+  double previous_end = 0;
+  for (const ProfileSpan& span : profile.spans) {
+    ASSERT_GE(span.step, 0);
+    ASSERT_LT(span.step, static_cast<int>(steps));
+    EXPECT_GE(span.start_ms, previous_end - 1e-3);
+    EXPECT_GE(span.end_ms, span.start_ms);
+    EXPECT_LE(span.end_ms, profile.total_ms * 1.01 + 0.01);
+    previous_end = span.end_ms;
+    steps_spanned[static_cast<std::size_t>(span.step)] += span.end_ms - span.start_ms;
+  }
+  for (std::size_t step = 0; step < steps; ++step)
+    EXPECT_NEAR(steps_spanned[step], profile.steps[step].compute_ms + profile.steps[step].comm_wait_ms,
+                1e-6 + 1e-9 * profile.total_ms)
+        << "step " << step;
 }
 
 void expect_identical_outputs(const AttentionOutputs& first, const AttentionOutputs& second) {

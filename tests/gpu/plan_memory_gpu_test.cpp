@@ -36,13 +36,11 @@ class PlanMemoryOnGpus : public ::testing::TestWithParam<MemoryCase> {};
 
 TEST_P(PlanMemoryOnGpus, AllocatesAtTheFirstCallOnlyAndLeavesTheGpuAsItWas) {
   const auto [algorithm, transport] = GetParam();
-  if (visible_device_count(DeviceKind::cuda) == 0) GTEST_SKIP() << "no CUDA device";
-  std::string why_not;
-  Communicator* communicator = shared_device_communicator(transport, why_not);
-  if (communicator == nullptr) GTEST_SKIP() << why_not;
+  AlgorithmSetup setup;
+  std::string why_skipped;
+  Communicator* communicator = gpu_case_communicator(algorithm, transport, setup, why_skipped);
+  if (communicator == nullptr) GTEST_SKIP() << why_skipped;
   const int ranks = world().size();
-  const AlgorithmSetup setup = algorithm_setup(algorithm, ranks);
-  if (!setup.not_applicable.empty()) GTEST_SKIP() << setup.not_applicable;
   const AttentionShape shape{1, 8 * setup.length_unit, 2 * ranks, ranks, 128, DType::bf16};
   AttentionOptions options;
   options.causal = true;

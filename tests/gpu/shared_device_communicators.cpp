@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "distributed_world.hpp"
+#include "spattn/device_memory.hpp"
 #include "spattn/error.hpp"
 
 namespace spattn {
@@ -23,6 +24,19 @@ Communicator* shared_device_communicator(Transport transport, std::string& why_n
     return nullptr;
   }
   return made[transport].get();
+}
+
+Communicator* gpu_case_communicator(Algorithm algorithm, Transport transport, AlgorithmSetup& setup,
+                                    std::string& why_skipped) {
+  if (visible_device_count(DeviceKind::cuda) == 0) {
+    why_skipped = "no CUDA device";
+    return nullptr;
+  }
+  Communicator* communicator = shared_device_communicator(transport, why_skipped);
+  if (communicator == nullptr) return nullptr;
+  setup = algorithm_setup(algorithm, world().size());
+  why_skipped = setup.not_applicable;
+  return why_skipped.empty() ? communicator : nullptr;
 }
 
 std::string transport_case_name(Transport transport) { return transport == Transport::nccl ? "nccl" : "staged"; }

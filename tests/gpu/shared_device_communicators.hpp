@@ -8,6 +8,7 @@
 #include <string>
 #include <tuple>
 
+#include "distributed_checks.hpp"
 #include "spattn/device_communicator.hpp"
 #include "spattn/distributed_attention.hpp"
 
@@ -16,6 +17,12 @@ namespace spattn {
 /// The run's communicator of `transport`, or null with `why_not` set when the ranks refused it
 /// together (NCCL: one GPU per rank, so more ranks than GPUs are refused).
 Communicator* shared_device_communicator(Transport transport, std::string& why_not);
+
+/// A GPU case of `algorithm` over `transport` at this run's rank count: the run's communicator,
+/// with `setup` the algorithm's there, or null with `why_skipped` set (no GPU, the transport
+/// refused, no such strategy at this rank count).
+Communicator* gpu_case_communicator(Algorithm algorithm, Transport transport, AlgorithmSetup& setup,
+                                    std::string& why_skipped);
 
 /// NCCL (one GPU per rank) and MPI staged through the host (any number of ranks per GPU).
 inline const Transport kDeviceTransports[] = {Transport::nccl, Transport::staged_mpi};

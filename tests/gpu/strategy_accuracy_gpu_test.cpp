@@ -12,7 +12,6 @@
 #include "distributed_checks.hpp"
 #include "distributed_world.hpp"
 #include "shared_device_communicators.hpp"
-#include "spattn/device_memory.hpp"
 #include "strategy_runner.hpp"
 
 namespace spattn {
@@ -24,13 +23,11 @@ class GpuStrategyAccuracy : public ::testing::TestWithParam<GpuCase> {};
 
 TEST_P(GpuStrategyAccuracy, MatchesReferenceForwardAndBackward) {
   const auto [algorithm, mask_index, dtype, transport] = GetParam();
-  if (visible_device_count(DeviceKind::cuda) == 0) GTEST_SKIP() << "no CUDA device";
-  std::string why_not;
-  Communicator* communicator = shared_device_communicator(transport, why_not);
-  if (communicator == nullptr) GTEST_SKIP() << why_not;
+  AlgorithmSetup setup;
+  std::string why_skipped;
+  Communicator* communicator = gpu_case_communicator(algorithm, transport, setup, why_skipped);
+  if (communicator == nullptr) GTEST_SKIP() << why_skipped;
   const int ranks = world().size();
-  const AlgorithmSetup setup = algorithm_setup(algorithm, ranks);
-  if (!setup.not_applicable.empty()) GTEST_SKIP() << setup.not_applicable;
   const std::string refusal = mask_unsupported(algorithm, kMasks[mask_index].options);  // stripe: no windows
   if (!refusal.empty()) GTEST_SKIP() << refusal;
   // Heads divisible by every rank count for Ulysses, two query heads per kv head (GQA); an odd

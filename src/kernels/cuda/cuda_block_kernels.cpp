@@ -9,6 +9,7 @@
 #include "core/cuda/cuda_check.hpp"
 #include "core/cuda/current_device_guard.hpp"
 #include "core/memory_ledger.hpp"
+#include "kernels/cuda/cuda_stream_mark.hpp"
 #include "kernels/hopper/hopper_backward.hpp"
 #include "kernels/hopper/hopper_forward.hpp"
 #include "spattn/error.hpp"
@@ -98,6 +99,10 @@ void CudaBlockKernels::set_stream(void* stream) {
   SPATTN_CUDA_CHECK(cudaStreamWaitEvent(next, stream_switch_, 0));
   elementwise_.set_stream(next);
   attention_.set_stream(next);
+}
+
+std::unique_ptr<StreamMark> CudaBlockKernels::mark() {
+  return std::make_unique<CudaStreamMark>(elementwise_.device().index, elementwise_.stream());
 }
 
 void* CudaBlockKernels::scratch(Scratch& buffer, std::size_t bytes) {

@@ -69,6 +69,8 @@ class CudaBlockKernels final : public BlockKernels {
   void set_stream(void* stream) override;
   /// Waits on the host for everything enqueued so far.
   void synchronize() override { elementwise_.synchronize(); }
+  /// An event on the stream (CudaStreamMark).
+  std::unique_ptr<StreamMark> mark() override;
   /// cuDNN graphs built so far (tests of the cache).
   std::size_t cached_graphs() const { return attention_.cached_graphs(); }
 

@@ -94,6 +94,7 @@ TEST(CliOptionsTest, EveryValuedOptionWorksInBothForms) {
       {"--scale", "1e-3", [](const RunOptions& o) { EXPECT_EQ(o.scale, 1e-3f); }},
       {"--inputs", "in/dir", [](const RunOptions& o) { EXPECT_EQ(o.inputs_dir, "in/dir"); }},
       {"--outputs", "/tmp/out", [](const RunOptions& o) { EXPECT_EQ(o.outputs_dir, "/tmp/out"); }},
+      {"--timeline", "/tmp/timeline.csv", [](const RunOptions& o) { EXPECT_EQ(o.timeline_path, "/tmp/timeline.csv"); }},
       {"--iters", "20", [](const RunOptions& o) { EXPECT_EQ(o.iters, 20); }},
       {"--warmup", "0", [](const RunOptions& o) { EXPECT_EQ(o.warmup, 0); }},
       {"--warmup", "5", [](const RunOptions& o) { EXPECT_EQ(o.warmup, 5); }},
@@ -289,7 +290,7 @@ TEST(CliOptionsTest, UsageTextDocumentsEveryOption) {
   for (const char* option :
        {"--algo NAME", "--causal", "--batch B", "--seq S", "--heads H", "--kv-heads HK", "--head-dim D", "--dtype T",
         "--window L,R", "--scale X", "--backward", "--check", "--inputs DIR", "--outputs DIR", "--iters N",
-        "--warmup N", "--seed N", "--json", "--profile-steps", "--threads N", "--nodes U", "--inner N1", "--across NAME", "--kernel NAME", "--deterministic", "--help"}) {
+        "--warmup N", "--seed N", "--json", "--profile-steps", "--timeline FILE", "--threads N", "--nodes U", "--inner N1", "--across NAME", "--kernel NAME", "--deterministic", "--help"}) {
     EXPECT_THAT(text, HasSubstr(option));
   }
   EXPECT_THAT(text, AllOf(HasSubstr("usage: spattn <command> [options]"), HasSubstr("ring, zigzag, stripe, ulysses, hamilton, hamilton2, allgather, usp, or auto (the fastest in spattn "
