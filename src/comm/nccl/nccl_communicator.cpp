@@ -107,11 +107,30 @@ void check_device_index(int device_index) {
                "device cuda:" << device_index << " does not exist; this process sees " << device_count << " GPU(s)");
 }
 
-// Transfers are ordered on the communication stream; wait() only names the watched transfer.
+// One transfer on the communication stream, with an event recorded right after it: wait() holds
+// the compute stream for this transfer alone, not for those started after it on the same stream
+// (a step's gradient hop must not delay the wait for the key/value rotation started before it).
 class NcclPendingTransfer final : public PendingTransfer {
  public:
-  explicit NcclPendingTransfer(uint64_t watch_ticket) : ticket(watch_ticket) {}
+  NcclPendingTransfer(int device_index, uint64_t watch_ticket) : ticket(watch_ticket), device_index_(device_index) {
+    SPATTN_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+  }
+  ~NcclPendingTransfer() override {
+    // A destructor must not throw: the guard's failure leaves the event to the context's end.
+    try {
+      cuda::CurrentDeviceGuard guard(device_index_);
+      cudaEventDestroy(done);
+    } catch (...) {
+    }
+  }
+  NcclPendingTransfer(const NcclPendingTransfer&) = delete;
+  NcclPendingTransfer& operator=(const NcclPendingTransfer&) = delete;
+
   uint64_t ticket;
+  cudaEvent_t done = nullptr;  // recorded on the communication stream after the transfer
+
+ private:
+  int device_index_;
 };
 
 // What rank 0 of a bootstrap communicator gives every rank: the id, or word that making it failed.
@@ -165,7 +184,6 @@ struct NcclCommunicator::State {
   cudaStream_t compute_stream = cudaStreamLegacy;
   cudaStream_t stream = nullptr;           // the communication stream
   cudaEvent_t compute_ready = nullptr;     // recorded on the compute stream by each start()
-  cudaEvent_t transfers_done = nullptr;    // recorded on the communication stream by each wait()
   void* control_buffer = nullptr;          // device memory of the control plane, grown on demand
   std::size_t control_bytes = 0;
 
@@ -194,7 +212,6 @@ struct NcclCommunicator::State {
     }
     if (stream != nullptr) cudaStreamSynchronize(stream);
     if (control_buffer != nullptr) cudaFree(control_buffer);
-    if (transfers_done != nullptr) cudaEventDestroy(transfers_done);
     if (compute_ready != nullptr) cudaEventDestroy(compute_ready);
     if (stream != nullptr) cudaStreamDestroy(stream);
     if (have_device) cudaSetDevice(current);
@@ -210,7 +227,6 @@ struct NcclCommunicator::State {
     // them exactly where needed.
     SPATTN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     SPATTN_CUDA_CHECK(cudaEventCreateWithFlags(&compute_ready, cudaEventDisableTiming));
-    SPATTN_CUDA_CHECK(cudaEventCreateWithFlags(&transfers_done, cudaEventDisableTiming));
     watchdog = std::make_unique<TransferWatchdog>(
         device_index, timeout_seconds, describe_rank(rank, size),
         [this] { return asynchronous_error(); },
@@ -261,7 +277,9 @@ struct NcclCommunicator::State {
     cuda::CurrentDeviceGuard guard(device_index);
     follow_compute_stream();
     enqueue(usable);
-    return std::make_unique<NcclPendingTransfer>(watchdog->watch(stream, operation, peers));
+    auto transfer = std::make_unique<NcclPendingTransfer>(device_index, watchdog->watch(stream, operation, peers));
+    SPATTN_CUDA_CHECK(cudaEventRecord(transfer->done, stream));
+    return transfer;
   }
 
   // An owned communicator that hangs is aborted (and unusable from then on, with the ones split
@@ -488,8 +506,7 @@ void NcclCommunicator::wait(PendingTransfer& transfer) {
   check_issued(state, "an earlier transfer", comm);
   cuda::CurrentDeviceGuard guard(state_->device_index);
   // No host synchronization: the compute stream's later work waits on the device.
-  SPATTN_CUDA_CHECK(cudaEventRecord(state_->transfers_done, state_->stream));
-  SPATTN_CUDA_CHECK(cudaStreamWaitEvent(state_->compute_stream, state_->transfers_done, 0));
+  SPATTN_CUDA_CHECK(cudaStreamWaitEvent(state_->compute_stream, pending.done, 0));
 }
 
 void NcclCommunicator::check_transfers_completed() { state_->health->check(); }
