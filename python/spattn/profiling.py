@@ -7,8 +7,11 @@
         print(call.algorithm, call.pass_name, call.total_ms, call.compute_ms, call.comm_wait_ms)
 
 Each entry is this rank's: its wall time of the call, the time its block kernels and merges took,
-the time it waited for transfers, what it sent, and the same per strategy step. On CUDA a profiled
-call waits for its device work, so profiling costs the overlap of one call with the next.
+the time the device stood waiting for transfers (the exposed transfer time), what it sent, the same
+per strategy step, and the call's timeline (`spans`: each compute section and wait, as
+`spattn run --timeline` writes them). The times come from events on the device's stream; a profiled
+call waits for its device work at its start and end only, so profiling costs the overlap of one call
+with the next, not the overlap inside it.
 """
 
 from __future__ import annotations
@@ -25,6 +28,14 @@ class StepProfile(NamedTuple):
     messages_sent: int
 
 
+class SpanProfile(NamedTuple):
+    """One stretch of a call's timeline: a compute section or a wait for transfers."""
+    step: int
+    kind: str  # "compute" or "comm_wait"
+    start_ms: float  # since the call began, on the device's clock
+    end_ms: float
+
+
 class CallProfile(NamedTuple):
     """One pass ("forward" or "backward") of one call, on this rank."""
     algorithm: str
@@ -35,6 +46,7 @@ class CallProfile(NamedTuple):
     bytes_sent: float
     messages_sent: int
     steps: List[StepProfile]
+    spans: List[SpanProfile]
 
 
 # The lists of the open profile() contexts, innermost last: a call is recorded in each.
@@ -65,7 +77,8 @@ def record(algorithm: str, pass_name: str, timing: Optional[Dict[str, Any]]) -> 
         return
     steps = [StepProfile(step["compute_ms"], step["comm_wait_ms"], step["bytes_sent"], step["messages_sent"])
              for step in timing["steps"]]
+    spans = [SpanProfile(span["step"], span["kind"], span["start_ms"], span["end_ms"]) for span in timing["spans"]]
     call = CallProfile(algorithm, pass_name, timing["total_ms"], timing["compute_ms"], timing["comm_wait_ms"],
-                       timing["bytes_sent"], timing["messages_sent"], steps)
+                       timing["bytes_sent"], timing["messages_sent"], steps, spans)
     for calls in _recordings:
         calls.append(call)

@@ -149,7 +149,8 @@ class Plan {
     return profile_dict(timing);
   }
 
-  // What `spattn run` prints for a pass: totals and each step's compute, wait and traffic.
+  // What `spattn run` prints for a pass: totals, each step's compute, wait and traffic, and the
+  // timeline that `spattn run --timeline` writes.
   static nb::dict profile_dict(const Profile& profile) {
     const auto timing = [](double compute_ms, double comm_wait_ms, double bytes_sent, int messages_sent) {
       nb::dict entry;
@@ -165,6 +166,16 @@ class Plan {
     for (const StepTiming& step : profile.steps)
       steps.append(timing(step.compute_ms, step.comm_wait_ms, step.bytes_sent, step.messages_sent));
     result["steps"] = steps;
+    nb::list spans;
+    for (const ProfileSpan& span : profile.spans) {
+      nb::dict entry;
+      entry["step"] = span.step;
+      entry["kind"] = span.kind == ProfileSpan::Kind::comm_wait ? "comm_wait" : "compute";
+      entry["start_ms"] = span.start_ms;
+      entry["end_ms"] = span.end_ms;
+      spans.append(entry);
+    }
+    result["spans"] = spans;
     return result;
   }
 

@@ -1,6 +1,6 @@
 """spattn.profile(): the forward and backward passes made inside it, each with this rank's wall,
-compute and wait times and traffic, per step as `spattn run --profile-steps` prints them; nothing
-outside it."""
+compute and wait times and traffic, per step as `spattn run --profile-steps` prints them and as a
+timeline as `spattn run --timeline` writes it; nothing outside it."""
 
 import torch
 import torch.distributed as dist
@@ -33,6 +33,14 @@ def test_profile_records_each_pass_with_its_steps():
         assert len(call.steps) == world_size  # zigzag: one step per rank
         assert sum(step.bytes_sent for step in call.steps) == call.bytes_sent
         assert sum(step.messages_sent for step in call.steps) == call.messages_sent
+        # The timeline: in order within the call, and per step as long as its compute and waiting.
+        assert call.spans and {span.kind for span in call.spans} <= {"compute", "comm_wait"}
+        for before, after in zip(call.spans, call.spans[1:]):
+            assert after.start_ms >= before.end_ms - 1e-3
+        assert all(0 <= span.start_ms <= span.end_ms <= call.total_ms * 1.01 + 0.05 for span in call.spans)
+        for index, step in enumerate(call.steps):
+            spanned = sum(span.end_ms - span.start_ms for span in call.spans if span.step == index)
+            assert abs(spanned - (step.compute_ms + step.comm_wait_ms)) <= 1e-6 + 1e-9 * call.total_ms
         if world_size == 1:
             assert call.bytes_sent == 0 and call.messages_sent == 0
         else:
