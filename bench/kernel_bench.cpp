@@ -89,6 +89,35 @@ const char* pass_name(Pass pass) {
 bool has_forward(Pass pass) { return pass != Pass::backward; }
 bool has_backward(Pass pass) { return pass != Pass::forward; }
 
+/// A kernel the bench times (--kernels), with what sets its calls apart.
+struct BenchKernel {
+  const char* name;
+  bool own;            // spattn's own Hopper kernels; else cuDNN
+  bool fp32_out;       // the own forward with fp32 out (a distributed step's blocks): the forward pass only
+  bool deterministic;  // AttentionOptions::deterministic: passes with a backward only (a forward is either way)
+};
+
+constexpr BenchKernel kBenchKernels[] = {{"own", true, false, false},
+                                         {"own_fp32_out", true, true, false},
+                                         {"cudnn", false, false, false},
+                                         {"own_deterministic", true, false, true},
+                                         {"cudnn_deterministic", false, false, true}};
+
+const BenchKernel& bench_kernel(const std::string& name) {
+  for (const BenchKernel& kernel : kBenchKernels)
+    if (name == kernel.name) return kernel;
+  std::string names;
+  for (const BenchKernel& kernel : kBenchKernels) names += std::string(names.empty() ? "" : ", ") + kernel.name;
+  SPATTN_FAIL("--kernels takes " << names << ", got '" << name << "'");
+}
+
+/// Whether `kernel` has a call in `pass`.
+bool runs_in(const BenchKernel& kernel, Pass pass) {
+  if (kernel.fp32_out) return pass == Pass::forward;
+  if (kernel.deterministic) return has_backward(pass);
+  return true;
+}
+
 /// A pass's FLOP in forwards (flash-attention's convention: a backward does 2.5 forwards' worth).
 double forwards_in(Pass pass) { return (has_forward(pass) ? 1.0 : 0.0) + (has_backward(pass) ? 2.5 : 0.0); }
 
@@ -142,11 +171,7 @@ KernelBenchOptions parse(int argc, char** argv) {
       options.causal = which == "both" ? std::vector<bool>{false, true} : std::vector<bool>{which == "yes"};
     } else if (flag == "--kernels") {
       options.kernels = split_list(value());
-      for (const std::string& kernel : options.kernels)
-        SPATTN_CHECK(kernel == "own" || kernel == "own_fp32_out" || kernel == "cudnn" ||
-                         kernel == "own_deterministic" || kernel == "cudnn_deterministic",
-                     "--kernels takes own, own_fp32_out, cudnn, own_deterministic and cudnn_deterministic, got '"
-                         << kernel << "'");
+      for (const std::string& kernel : options.kernels) bench_kernel(kernel);  // refuses an unknown name
     } else if (flag == "--heads") {
       options.heads = parse_counts(flag, value()).front();
     } else if (flag == "--kv-heads") {
@@ -355,18 +380,17 @@ class KernelCase {
     return agrees;
   }
 
-  /// One timed call of `kernel` (own, own_fp32_out, cudnn, own_deterministic or
-  /// cudnn_deterministic) in `pass`: see the header comment. A backward after a forward reads that
-  /// forward's out and lse; the backward pass alone reads the input set's, made before timing.
-  std::function<void(int)> call(const std::string& kernel, Pass pass) const {
-    const bool deterministic = kernel == "own_deterministic" || kernel == "cudnn_deterministic";
-    if (kernel == "cudnn" || kernel == "cudnn_deterministic")
+  /// One timed call of `kernel` in `pass`: see the header comment. A backward after a forward reads
+  /// that forward's out and lse; the backward pass alone reads the input set's, made before timing.
+  std::function<void(int)> call(const BenchKernel& kernel, Pass pass) const {
+    const bool deterministic = kernel.deterministic;
+    if (!kernel.own)
       return [this, pass, deterministic](int set) {
         if (has_forward(pass)) cudnn_forward(set, cudnn_output_);
         if (has_backward(pass))
           cudnn_backward(set, has_forward(pass) ? cudnn_output_ : sets_[set].attention, deterministic);
       };
-    const bool final_out = kernel != "own_fp32_out";
+    const bool final_out = !kernel.fp32_out;
     return [this, pass, final_out, deterministic](int set) {
       if (has_forward(pass)) own_forward(set, final_out);
       if (has_backward(pass)) own_backward(set, has_forward(pass) ? own_output_ : sets_[set].attention, deterministic);
@@ -468,7 +492,10 @@ class KernelCase {
   /// deterministic own backward too where it is timed.
   bool check_backward() const {
     bool agrees = check_backward(false);
-    if (std::find(options_.kernels.begin(), options_.kernels.end(), "own_deterministic") != options_.kernels.end())
+    if (std::any_of(options_.kernels.begin(), options_.kernels.end(), [](const std::string& name) {
+          const BenchKernel& kernel = bench_kernel(name);
+          return kernel.own && kernel.deterministic;
+        }))
       agrees &= check_backward(true);
     return agrees;
   }
@@ -541,11 +568,10 @@ bool run_cases(const KernelBenchOptions& options, cudaStream_t stream, std::vect
           if (!own_unsupported.empty())
             std::printf("own: not run in pass %s at D %lld: %s\n", pass_name(pass), static_cast<long long>(head_dim),
                         own_unsupported.c_str());
-          for (const std::string& kernel : options.kernels) {
-            if (kernel == "own_fp32_out" && pass != Pass::forward) continue;
-            if (kernel.find("deterministic") != std::string::npos && pass == Pass::forward) continue;
-            if (kernel.rfind("own", 0) == 0 && !own_unsupported.empty()) continue;
-            timed.emplace_back(pass, kernel);
+          for (const std::string& name : options.kernels) {
+            const BenchKernel& kernel = bench_kernel(name);
+            if (!runs_in(kernel, pass) || (kernel.own && !own_unsupported.empty())) continue;
+            timed.emplace_back(pass, name);
             calls.push_back(bench_case.call(kernel, pass));
           }
         }
