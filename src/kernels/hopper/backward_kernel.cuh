@@ -173,14 +173,13 @@ __device__ inline void wait_bulk_operations_complete() { asm volatile("cp.async.
 __device__ inline void fence_generic_with_async_global() { asm volatile("fence.proxy.async.global;" ::: "memory"); }
 
 /// The key tiles of the launch before `tile_index` that add into the dQ of the query tile `rows`:
-/// the place of this CTA's add in the deterministic order. A CTA visits a query tile exactly when
-/// a key of its tile is visible to one of the tile's rows (the loop bounds above), which is what
-/// visible_key_tiles counts.
+/// the place of this CTA's add in the deterministic order. A CTA visits the query tiles of
+/// visible_query_tiles, its mirror visible_key_tiles counts them (key_tile_plan.hpp).
 __device__ inline int key_tiles_before(const BackwardProblem& problem, int tile_index, QueryRows rows) {
   int before = 0;
   for (int index = 0; index < problem.num_segments; ++index) {
     const BackwardSegment& segment = problem.segments[index];
-    const KeyTileSpan span = visible_key_tiles(rows, KeyRange{segment.position, segment.keys}, problem.mask_left,
+    const TileSpan span = visible_key_tiles(rows, KeyRange{segment.position, segment.keys}, problem.mask_left,
                                                problem.mask_right, kBackwardKeyTile);
     const int end = min(span.end, tile_index - segment.first_tile);
     if (end > span.begin) before += end - span.begin;
@@ -210,15 +209,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   const int key_tile = tile_index - segment.first_tile;
   const int group = problem.heads / problem.kv_heads;
   const KeyRange keys{segment.position, segment.keys};
-  const int64_t first_key = segment.position + int64_t{key_tile} * kBlockN;
-  const int64_t last_key = min(first_key + kBlockN, segment.position + segment.keys) - 1;
-  // The query rows that see a key of the tile: i + right >= first_key and i - left <= last_key.
-  int64_t lowest_row = problem.q_position, highest_row = problem.q_position + problem.rows - 1;
-  if (problem.mask_right >= 0) lowest_row = max(lowest_row, first_key - problem.mask_right);
-  if (problem.mask_left >= 0) highest_row = min(highest_row, last_key + problem.mask_left);
-  if (highest_row < lowest_row) return;  // no row sees these keys: dk and dv gain nothing
-  const int first_m_block = static_cast<int>((lowest_row - problem.q_position) / kBlockM);
-  const int m_blocks = static_cast<int>((highest_row - problem.q_position) / kBlockM) + 1 - first_m_block;
+  const TileSpan visited = visible_query_tiles(problem.q_position, problem.rows, keys, key_tile, problem.mask_left,
+                                               problem.mask_right, kBlockM, kBlockN);
+  if (visited.empty()) return;  // no row sees these keys: dk and dv gain nothing
+  const int first_m_block = visited.begin;
+  const int m_blocks = visited.end - visited.begin;
   const int steps = group * m_blocks;
   const auto step_at = [&](int step) {
     return QueryStep{kv_head * group + step / m_blocks, first_m_block + step % m_blocks};

@@ -199,7 +199,7 @@ struct KeyTileCursor {
   template <int kBlockN>
   __device__ bool next_segment(const ForwardProblem& problem, QueryRows rows) {
     while (++segment < problem.num_segments) {
-      const KeyTileSpan span = visible_key_tiles(rows, keys(problem), problem.mask_left, problem.mask_right, kBlockN);
+      const TileSpan span = visible_key_tiles(rows, keys(problem), problem.mask_left, problem.mask_right, kBlockN);
       if (!span.empty()) {
         tile = span.begin;
         end = span.end;
@@ -575,7 +575,7 @@ inline int64_t key_tiles_visited(const ForwardProblem& problem, int m_block, int
                        problem.q_position + first_row + std::min<int64_t>(tile_rows, problem.rows - first_row) - 1};
   int64_t tiles = 0;
   for (int segment = 0; segment < problem.num_segments; ++segment) {
-    const KeyTileSpan span = visible_key_tiles(rows, {problem.segments[segment].position, problem.segments[segment].keys},
+    const TileSpan span = visible_key_tiles(rows, {problem.segments[segment].position, problem.segments[segment].keys},
                                                problem.mask_left, problem.mask_right, tile_keys);
     tiles += span.end - span.begin;
   }

@@ -27,8 +27,9 @@ struct KeyRange {
   int64_t length;
 };
 
-/// Key tiles [begin, end) of a segment, numbered from its first key in tiles of `tile` keys.
-struct KeyTileSpan {
+/// Tiles [begin, end): key tiles of a segment, numbered from its first key, or query tiles of a
+/// block, numbered from its first row.
+struct TileSpan {
   int begin = 0;
   int end = 0;
   SPATTN_HOST_DEVICE bool empty() const { return begin >= end; }
@@ -37,13 +38,33 @@ struct KeyTileSpan {
 /// The key tiles of `keys` that hold a key visible to some row of `rows` under the mask
 /// i - left <= j <= i + right (a negative bound is unbounded): the tiles between the lowest key
 /// the first row sees and the highest key the last row sees. Tiles outside are never loaded.
-SPATTN_HOST_DEVICE inline KeyTileSpan visible_key_tiles(QueryRows rows, KeyRange keys, int64_t left, int64_t right,
+SPATTN_HOST_DEVICE inline TileSpan visible_key_tiles(QueryRows rows, KeyRange keys, int64_t left, int64_t right,
                                                        int tile) {
   int64_t lowest = keys.position, highest = keys.position + keys.length - 1;
   if (left >= 0 && rows.first - left > lowest) lowest = rows.first - left;
   if (right >= 0 && rows.last + right < highest) highest = rows.last + right;
   if (highest < lowest) return {};
   return {static_cast<int>((lowest - keys.position) / tile), static_cast<int>((highest - keys.position) / tile) + 1};
+}
+
+/// The query tiles of `rows` query rows from global position `q_position` (tiles of `query_tile`
+/// rows) that hold a row seeing a key of key tile `key_tile` of `keys` (tiles of `key_tile_size`
+/// keys) under the same mask: the query tiles that the own backward's CTA of that key tile visits.
+/// The mirror of visible_key_tiles: query tile m is among them exactly when `key_tile` is among
+/// visible_key_tiles of m's valid rows, which the deterministic order of the dQ adds counts on.
+SPATTN_HOST_DEVICE inline TileSpan visible_query_tiles(int64_t q_position, int64_t rows, KeyRange keys, int key_tile,
+                                                      int64_t left, int64_t right, int query_tile,
+                                                      int key_tile_size) {
+  const int64_t first_key = keys.position + int64_t{key_tile} * key_tile_size;
+  const int64_t end_of_keys = keys.position + keys.length;
+  const int64_t last_key = (first_key + key_tile_size < end_of_keys ? first_key + key_tile_size : end_of_keys) - 1;
+  // The rows that see a key of the tile: i + right >= first_key and i - left <= last_key.
+  int64_t lowest = q_position, highest = q_position + rows - 1;
+  if (right >= 0 && first_key - right > lowest) lowest = first_key - right;
+  if (left >= 0 && last_key + left < highest) highest = last_key + left;
+  if (highest < lowest) return {};
+  return {static_cast<int>((lowest - q_position) / query_tile),
+          static_cast<int>((highest - q_position) / query_tile) + 1};
 }
 
 /// The element-wise mask of one (query tile, key tile) pair in tile-local coordinates: row r

@@ -1,11 +1,13 @@
-// The integer plan of the own Hopper forward (src/kernels/hopper/key_tile_plan.hpp), checked on the
+// The integer plan of the own Hopper kernels (src/kernels/hopper/key_tile_plan.hpp), checked on the
 // CPU against AttentionMask::visible: which key tiles a query tile visits (every visible pair in
 // one, no tile without one), which of them skip the element-wise mask (only full tiles that every
-// valid row sees whole), and the element-wise mask itself, for random positions, lengths, masks
-// and tile sizes, and for bounds near 2^62.
+// valid row sees whole), the element-wise mask itself, and the backward's mirror, which query
+// tiles a key tile visits, for random positions, lengths, masks and tile sizes, and for bounds
+// near 2^62.
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -35,7 +37,7 @@ struct PlanCase {
 void check_plan(const PlanCase& c) {
   SCOPED_TRACE(c.describe());
   const QueryRows rows{c.q_position, c.q_position + c.valid_rows - 1};
-  const KeyTileSpan span = visible_key_tiles(rows, c.keys, c.mask.left, c.mask.right, c.tile);
+  const TileSpan span = visible_key_tiles(rows, c.keys, c.mask.left, c.mask.right, c.tile);
   const int tiles = static_cast<int>((c.keys.length + c.tile - 1) / c.tile);
   ASSERT_GE(span.begin, 0);
   ASSERT_LE(span.end, tiles);
@@ -93,6 +95,48 @@ TEST(HopperKeyTilePlan, BoundsAndPositionsNear2To62) {
     check_plan({near_end, 7, 8, {near_end - 20, 40}, mask, 8});
     check_plan({0, 8, 8, {near_end, 30}, mask, 8});
     check_plan({near_end, 5, 8, {0, 30}, mask, 8});
+  }
+}
+
+// The backward's side: the query tiles a key tile's CTA visits are exactly those whose valid rows
+// see a key of it (AttentionMask::visible), and exactly those whose visible_key_tiles hold the key
+// tile, so that the deterministic dQ order (key_tiles_before) counts every add it waits for.
+TEST(HopperKeyTilePlan, QueryTilesOfAKeyTileMirrorTheKeyTilesOfAQueryTile) {
+  std::mt19937_64 generator(29);
+  std::uniform_int_distribution<int64_t> position(0, 300), length(1, 90), bound(-1, 60);
+  constexpr int kTiles[] = {4, 8, 16};
+  for (int trial = 0; trial < 2000; ++trial) {
+    const int query_tile = kTiles[generator() % 3], key_tile_size = kTiles[generator() % 3];
+    const int64_t q_position = position(generator), rows = length(generator);
+    const KeyRange keys{position(generator), length(generator)};
+    const AttentionMask mask{bound(generator), trial % 3 == 0 ? 0 : bound(generator)};
+    SCOPED_TRACE("rows " + std::to_string(rows) + " at " + std::to_string(q_position) + " in tiles of " +
+                 std::to_string(query_tile) + ", keys " + std::to_string(keys.length) + " at " +
+                 std::to_string(keys.position) + " in tiles of " + std::to_string(key_tile_size) + ", mask (" +
+                 std::to_string(mask.left) + ", " + std::to_string(mask.right) + ")");
+    const int query_tiles = static_cast<int>((rows + query_tile - 1) / query_tile);
+    const int key_tiles = static_cast<int>((keys.length + key_tile_size - 1) / key_tile_size);
+    for (int key_tile = 0; key_tile < key_tiles; ++key_tile) {
+      const TileSpan visited =
+          visible_query_tiles(q_position, rows, keys, key_tile, mask.left, mask.right, query_tile, key_tile_size);
+      ASSERT_GE(visited.begin, 0);
+      ASSERT_LE(visited.end, query_tiles);
+      const int64_t first_key = keys.position + int64_t{key_tile} * key_tile_size;
+      const int64_t end_key = std::min(first_key + key_tile_size, keys.position + keys.length);
+      for (int m = 0; m < query_tiles; ++m) {
+        const QueryRows tile_rows{q_position + int64_t{m} * query_tile,
+                                  std::min(q_position + int64_t{m + 1} * query_tile, q_position + rows) - 1};
+        bool any_visible = false;
+        for (int64_t i = tile_rows.first; i <= tile_rows.last; ++i)
+          for (int64_t j = first_key; j < end_key; ++j) any_visible |= mask.visible(i, j);
+        const bool is_visited = m >= visited.begin && m < visited.end;
+        ASSERT_EQ(is_visited, any_visible) << "query tile " << m << ", key tile " << key_tile;
+        const TileSpan seen = visible_key_tiles(tile_rows, keys, mask.left, mask.right, key_tile_size);
+        ASSERT_EQ(is_visited, key_tile >= seen.begin && key_tile < seen.end)
+            << "query tile " << m << ", key tile " << key_tile;
+      }
+    }
+    if (HasFatalFailure()) return;
   }
 }
 
