@@ -39,7 +39,7 @@ struct TileSpan {
 /// i - left <= j <= i + right (a negative bound is unbounded): the tiles between the lowest key
 /// the first row sees and the highest key the last row sees. Tiles outside are never loaded.
 SPATTN_HOST_DEVICE inline TileSpan visible_key_tiles(QueryRows rows, KeyRange keys, int64_t left, int64_t right,
-                                                       int tile) {
+                                                     int tile) {
   int64_t lowest = keys.position, highest = keys.position + keys.length - 1;
   if (left >= 0 && rows.first - left > lowest) lowest = rows.first - left;
   if (right >= 0 && rows.last + right < highest) highest = rows.last + right;
@@ -53,8 +53,7 @@ SPATTN_HOST_DEVICE inline TileSpan visible_key_tiles(QueryRows rows, KeyRange ke
 /// The mirror of visible_key_tiles: query tile m is among them exactly when `key_tile` is among
 /// visible_key_tiles of m's valid rows, which the deterministic order of the dQ adds counts on.
 SPATTN_HOST_DEVICE inline TileSpan visible_query_tiles(int64_t q_position, int64_t rows, KeyRange keys, int key_tile,
-                                                      int64_t left, int64_t right, int query_tile,
-                                                      int key_tile_size) {
+                                                       int64_t left, int64_t right, int query_tile, int key_tile_size) {
   const int64_t first_key = keys.position + int64_t{key_tile} * key_tile_size;
   const int64_t end_of_keys = keys.position + keys.length;
   const int64_t last_key = (first_key + key_tile_size < end_of_keys ? first_key + key_tile_size : end_of_keys) - 1;
