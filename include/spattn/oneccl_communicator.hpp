@@ -3,7 +3,9 @@
 /// The Communicator over oneCCL (Intel's collective library), for host memory: the transport an
 /// Intel GPU backend will take, tested here on CPUs.
 
+#include <functional>
 #include <memory>
+#include <string>
 
 #include "spattn/communicator.hpp"
 
@@ -21,6 +23,12 @@ class OnecclCommunicator final : public Communicator {
  public:
   /// Over the ranks of `bootstrap`, in its order. Collective over `bootstrap`.
   explicit OnecclCommunicator(Communicator& bootstrap);
+  /// Over `size` processes, this one `rank`, for a caller with a bootstrap of its own
+  /// (torch.distributed in Python): `share` is given this rank's bytes of a key-value store
+  /// address (rank 0's is the one that counts) and returns rank 0's, e.g. by a broadcast from rank
+  /// 0. Collective over the processes. Throws Error naming `rank` or `size` when out of range.
+  using AddressShare = std::function<std::string(const std::string& mine)>;
+  OnecclCommunicator(int rank, int size, const AddressShare& share);
   /// Over the processes of a job started without mpirun (torchrun, a shell loop), as the variables
   /// RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT describe them (spattn/launch_environment.hpp):
   /// rank 0 listens at MASTER_ADDR (LaunchEnvironment::rendezvous_port) and hands the others its

@@ -7,8 +7,8 @@ the llama3 ones with llama3_flash_attn_prepare_cu_seqlens) and the same shape fo
 the UlyssesAttention module, yunchang's set_seq_parallel_pg and LongContextAttention (USP), and
 auto_select (the strategy the cost model expects to be fastest, as a function to call), and
 profile() (where each call's time went, per step). CPU tensors
-run over MPI (launch with mpiexec); CUDA tensors over NCCL in a SPATTN_CUDA=ON build. Call
-setup_distributed() first.
+run over MPI (launch with mpiexec) or oneCCL (torchrun's jobs by default; set_cpu_transport());
+CUDA tensors over NCCL in a SPATTN_CUDA=ON build. Call setup_distributed() first.
 """
 
 # torch first: its CUDA libraries (cudart, cuDNN, NCCL) are then the ones the C++ core binds to
@@ -17,6 +17,7 @@ setup_distributed() first.
 import torch  # noqa: F401  (imported for the order, see above)
 
 from ._core import SpattnError, SpattnTimeoutError, algorithms
+from .communicator import cpu_transport, set_cpu_transport
 from .distributed import device_info, is_available, launch_environment, setup_distributed
 from .functional import (
     DistributedAttentionFunction,
@@ -40,7 +41,7 @@ from .layout import SequenceLayout, sequence_layout
 from .long_context import PROCESS_GROUP, LongContextAttention, set_seq_parallel_pg
 from .modules import UlyssesAttention
 from .plans import cached_plan_count, clear_plan_cache
-from .profiling import CallProfile, StepProfile, profile
+from .profiling import CallProfile, SpanProfile, StepProfile, profile
 from .selection import SelectedStrategy, StrategyEstimate, auto_select, estimate_strategies
 from .llama3 import (
     llama3_flash_attn_prepare_cu_seqlens,
@@ -63,6 +64,8 @@ __all__ = [
     "SpattnError",
     "SpattnTimeoutError",
     "algorithms",
+    "cpu_transport",
+    "set_cpu_transport",
     "device_info",
     "is_available",
     "launch_environment",
@@ -97,6 +100,7 @@ __all__ = [
     "sequence_layout",
     "cached_plan_count",
     "CallProfile",
+    "SpanProfile",
     "StepProfile",
     "profile",
     "clear_plan_cache",

@@ -1,10 +1,15 @@
-"""The communicators that plans run over: CPU tensors over MPI, CUDA tensors over NCCL.
+"""The communicators that plans run over: CPU tensors over MPI or oneCCL, CUDA tensors over NCCL.
 
-CPU: spattn MpiCommunicators: one over MPI_COMM_WORLD (created, and MPI initialized, at first use)
-for the default group, and one per other torch.distributed group over that group's ranks, made at
-the group's first call (collective over its members only). torch.distributed is optional for the
-world: where it is initialized, its world must be MPI's world, rank for rank, as it is when
-launched with mpiexec and set up by spattn.setup_distributed().
+CPU, the transport set_cpu_transport() chooses (SPATTN_CPU_TRANSPORT at import; default auto: oneCCL
+in a job started without an MPI launcher, such as torchrun's, where this build has it, else MPI):
+- MPI: spattn MpiCommunicators: one over MPI_COMM_WORLD (created, and MPI initialized, at first use)
+  for the default group, and one per other torch.distributed group over that group's ranks, made at
+  the group's first call (collective over its members only). torch.distributed is optional for the
+  world: where it is initialized, its world must be MPI's world, rank for rank, as it is when
+  launched with mpiexec and set up by spattn.setup_distributed().
+- oneCCL: one spattn OnecclCommunicator per torch.distributed group, made at the group's first
+  call: the group's first rank opens oneCCL's key-value store and torch.distributed broadcasts its
+  address over the group, so any group of any launcher works (torch.distributed must be initialized).
 
 CUDA: one spattn NcclCommunicator per (torch.distributed group, GPU), made at the first call on
 that group: the group's first rank makes an NCCL unique id and torch.distributed broadcasts it over
@@ -14,6 +19,7 @@ the group, so any group works, whatever launched the processes (torchrun, mpiexe
 from __future__ import annotations
 
 import atexit
+import os
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
@@ -26,6 +32,10 @@ _world: Optional[_core.MpiCommunicator] = None
 _nccl: Dict[Tuple[Any, int], Any] = {}
 # group -> the MPI communicator over its ranks, for groups other than the world.
 _mpi_groups: Dict[Any, _core.MpiCommunicator] = {}
+# group -> its oneCCL communicator (CPU tensors with the oneccl transport).
+_oneccl: Dict[Any, Any] = {}
+CPU_TRANSPORTS = ("auto", "mpi", "oneccl")
+_cpu_transport = "auto"
 # Called before the world is released at exit (the plan cache registers its clear()).
 _release_hooks: List[Callable[[], None]] = []
 
@@ -51,6 +61,7 @@ def _release() -> None:
     for hook in _release_hooks:
         hook()
     _nccl.clear()
+    _oneccl.clear()
     _mpi_groups.clear()
     _world = None
 
@@ -69,8 +80,8 @@ def _check_torch_world_is_mpis(world: _core.MpiCommunicator) -> None:
         raise RuntimeError(
             f"torch.distributed has rank {torch_rank} of {torch_size} but spattn's MPI world has rank "
             f"{world.rank} of {world.size}: CPU tensors run over MPI, so launch with mpiexec (every "
-            "rank one MPI process) and call spattn.setup_distributed(); torchrun without mpiexec "
-            "is not supported for CPU tensors")
+            "rank one MPI process) and call spattn.setup_distributed(), or run them over oneCCL "
+            "(spattn.set_cpu_transport('oneccl'), the default under torchrun where this build has it)")
 
 
 def mpi_communicator(group: Any) -> _core.MpiCommunicator:
@@ -123,14 +134,72 @@ def nccl_communicator(group: Any, device: torch.device) -> Any:
     return communicator
 
 
+def oneccl_built() -> bool:
+    """Whether this build has the oneCCL communicator (built where oneCCL was found)."""
+    return hasattr(_core, "OnecclCommunicator")
+
+
+def set_cpu_transport(name: str) -> None:
+    """The transport of CPU tensors from the next call on: "mpi", "oneccl" or "auto" (oneCCL in a job
+    started without an MPI launcher, such as torchrun's, where this build has it; else MPI), as
+    `spattn run --transport` chooses for the CLI. Plans already made keep their communicator. Raises
+    ValueError for another name, RuntimeError for oneccl where this build has none."""
+    global _cpu_transport
+    if name not in CPU_TRANSPORTS:
+        raise ValueError(f"cpu transport {name!r}; allowed: {', '.join(CPU_TRANSPORTS)}")
+    if name == "oneccl" and not oneccl_built():
+        raise RuntimeError("this build of spattn has no oneCCL communicator: install oneCCL "
+                           "(scripts/install-dependencies.sh) and reinstall spattn")
+    _cpu_transport = name
+
+
+def cpu_transport() -> str:
+    """The transport CPU tensors run over now: "mpi" or "oneccl" (set_cpu_transport's "auto" resolved)."""
+    if _cpu_transport != "auto":
+        return _cpu_transport
+    return "oneccl" if oneccl_built() and _core.launched_by_environment() else "mpi"
+
+
+def oneccl_communicator(group: Any) -> Any:
+    """spattn's oneCCL communicator over the ranks of `group` (None: torch.distributed's default
+    group), made at the group's first call and collective over the group then. Needs
+    torch.distributed to be initialized (spattn.setup_distributed() does it)."""
+    if not (dist.is_available() and dist.is_initialized()):
+        raise RuntimeError("CPU tensors over oneCCL need torch.distributed: call spattn.setup_distributed() "
+                           "(or torch.distributed.init_process_group) first")
+    group = group if group is not None else dist.distributed_c10d._get_default_group()
+    communicator = _oneccl.get(group)
+    if communicator is None:
+        if dist.get_rank(group) < 0:
+            raise ValueError(f"this rank ({dist.get_rank()}) is not in group {group!r} (ranks "
+                             f"{dist.get_process_group_ranks(group)}): only its members may call with it")
+
+        def share(address: bytes) -> bytes:
+            shared = [address if dist.get_rank(group) == 0 else None]
+            dist.broadcast_object_list(shared, src=dist.get_global_rank(group, 0), group=group)
+            return shared[0]
+
+        communicator = _core.OnecclCommunicator(dist.get_rank(group), dist.get_world_size(group), share)
+        _oneccl[group] = communicator
+    return communicator
+
+
 def communicator_for(device: torch.device, group: Any) -> Any:
-    """The communicator that tensors on `device` run over for `group`: an MPI communicator of the
-    group's ranks for CPU tensors, an NCCL communicator of the group for CUDA tensors."""
+    """The communicator that tensors on `device` run over for `group`: for CPU tensors an MPI or a
+    oneCCL communicator of the group's ranks (cpu_transport()), for CUDA tensors an NCCL
+    communicator of the group."""
     if device.type == "cuda":
         return nccl_communicator(group, device)
     if device.type != "cpu":
-        raise ValueError(f"tensors on {device}; allowed: cpu (over MPI) and cuda (over NCCL)")
-    return mpi_communicator(group)
+        raise ValueError(f"tensors on {device}; allowed: cpu (over MPI or oneCCL) and cuda (over NCCL)")
+    return oneccl_communicator(group) if cpu_transport() == "oneccl" else mpi_communicator(group)
+
+
+def _cpu_transport_from_environment() -> str:
+    name = os.environ.get("SPATTN_CPU_TRANSPORT", "auto")
+    if name not in CPU_TRANSPORTS:
+        raise ValueError(f"SPATTN_CPU_TRANSPORT={name!r}; allowed: {', '.join(CPU_TRANSPORTS)}")
+    return name
 
 
 def group_size(group: Any) -> int:
@@ -153,3 +222,6 @@ def raise_on_every_rank(error: Optional[Exception], communicator: Any) -> None:
         except _core.SpattnError:
             pass  # the refusal's own echo; this rank raises its error itself
     raise error
+
+
+set_cpu_transport(_cpu_transport_from_environment())

@@ -25,6 +25,10 @@
 #include "spattn/local_attention.hpp"
 #include "spattn/mpi_communicator.hpp"
 #include "spattn/profile.hpp"
+#include "spattn/launch_environment.hpp"
+#ifdef SPATTN_WITH_ONECCL
+#include "spattn/oneccl_communicator.hpp"
+#endif
 #ifdef SPATTN_WITH_NCCL
 #include "spattn/nccl_communicator.hpp"
 #endif
@@ -345,6 +349,29 @@ NB_MODULE(_core, m) {
            "them only: every listed rank calls it with the same list, the others need not.")
       .def("all_gather_bytes", &all_gather_bytes, "data"_a,
            "Every rank's bytes, in rank order (collective; any lengths).");
+
+  m.def("launched_by_environment", &launched_by_environment,
+        "Whether this process was started without an MPI launcher but with WORLD_SIZE set (torchrun, a shell "
+        "loop): CPU tensors then run over oneCCL by default.");
+
+#ifdef SPATTN_WITH_ONECCL
+  nb::class_<OnecclCommunicator, Communicator>(m, "OnecclCommunicator",
+                                               "spattn's communicator over oneCCL, for CPU tensors.")
+      .def(
+          "__init__",
+          [](OnecclCommunicator* self, int rank, int size, nb::callable share) {
+            // share runs Python (torch.distributed's broadcast): it takes the GIL it needs back.
+            nb::gil_scoped_release release;  // collective: waits for every rank
+            new (self) OnecclCommunicator(rank, size, [&](const std::string& mine) {
+              nb::gil_scoped_acquire acquire;
+              const nb::bytes shared = nb::cast<nb::bytes>(share(nb::bytes(mine.data(), mine.size())));
+              return std::string(static_cast<const char*>(shared.data()), shared.size());
+            });
+          },
+          "rank"_a, "size"_a, "share"_a,
+          "Rank `rank` of `size` processes (collective): share(address: bytes) -> bytes is given this rank's "
+          "key-value store address and returns rank 0's, e.g. by torch.distributed.broadcast_object_list.");
+#endif
 
 #ifdef SPATTN_WITH_NCCL
   m.def(

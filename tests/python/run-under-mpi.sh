@@ -9,6 +9,9 @@ logs="$(mktemp -d)"
 trap 'rm -rf "$logs"' EXIT
 export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export SPATTN_RANK_LOGS="$logs"
+# oneCCL (test_oneccl_transport.py) on ranks that share cores: its workers yield rather than spin,
+# and ranks of one host meet in shared memory (README's oneCCL paragraph).
+export CCL_YIELD=sched_yield FI_PROVIDER=shm CCL_ATL_SHM=1
 cd "$root"  # the package comes from site-packages: python/spattn has no compiled _core
 rank_counts=("$@")
 ((${#rank_counts[@]})) || rank_counts=(1 2 3)

@@ -284,16 +284,30 @@ std::unique_ptr<OnecclPendingTransfer> collective(OnecclCommunicator::State& sta
 
 }  // namespace
 
-OnecclCommunicator::OnecclCommunicator(Communicator& bootstrap) : state_(std::make_unique<State>()) {
+OnecclCommunicator::OnecclCommunicator(Communicator& bootstrap)
+    : OnecclCommunicator(bootstrap.rank(), bootstrap.size(), [&](const std::string& mine) {
+        std::vector<char> everyone(mine.size() * static_cast<std::size_t>(bootstrap.size()));
+        bootstrap.host_all_gather(mine.data(), everyone.data(), mine.size());
+        return std::string(everyone.data(), mine.size());
+      }) {}
+
+OnecclCommunicator::OnecclCommunicator(int rank, int size, const AddressShare& share)
+    : state_(std::make_unique<State>()) {
+  SPATTN_CHECK(size >= 1, "a oneCCL communicator needs size >= 1, got " << size);
+  SPATTN_CHECK(rank >= 0 && rank < size, "a oneCCL communicator of " << size << " ranks takes rank 0 to " << size - 1
+                                                                      << ", got " << rank);
   state_->timeout_seconds = communication_timeout_seconds();
   state_->fault = fault_plan_from_environment();
-  state_->rank = bootstrap.rank();
-  state_->size = bootstrap.size();
-  state_->process_rank = bootstrap.rank();
-  ccl::communicator made = create_communicator(state_->size, state_->rank, [&](const ccl::kvs::address_type& mine) {
-    std::vector<ccl::kvs::address_type> everyone(static_cast<std::size_t>(state_->size));
-    bootstrap.host_all_gather(mine.data(), everyone.data(), mine.size());
-    return everyone.front();
+  state_->rank = rank;
+  state_->size = size;
+  state_->process_rank = rank;
+  ccl::communicator made = create_communicator(size, rank, [&](const ccl::kvs::address_type& mine) {
+    const std::string shared = share(std::string(mine.data(), mine.size()));
+    SPATTN_CHECK(shared.size() == mine.size(), "rank 0's key-value store address came as "
+                                                   << shared.size() << " bytes; oneCCL's is " << mine.size());
+    ccl::kvs::address_type address{};
+    std::copy_n(shared.begin(), address.size(), address.begin());
+    return address;
   });
   state_->communicator = new ccl::communicator(std::move(made));
   state_->make_queues();
@@ -301,27 +315,15 @@ OnecclCommunicator::OnecclCommunicator(Communicator& bootstrap) : state_(std::ma
 
 std::unique_ptr<OnecclCommunicator> OnecclCommunicator::from_environment() {
   const LaunchEnvironment launch = launch_environment();
-  auto state = std::make_unique<State>();
-  state->timeout_seconds = communication_timeout_seconds();
-  state->fault = fault_plan_from_environment();
-  state->rank = launch.rank;
-  state->size = launch.world_size;
-  state->process_rank = launch.rank;
   // The rendezvous, bounded by the timeout, runs before oneCCL connects anything: once it returns,
   // every rank has come and rank 0's store listens, so oneCCL's own connection to it succeeds at
   // once. oneCCL bounds that connection only by its CCL_KVS_CONNECTION_TIMEOUT, after which it may
   // end the process, and its communicator's creation not at all: a rank that dies between the
   // rendezvous and the end of create_communicator can still leave the others waiting.
-  ccl::communicator made = create_communicator(state->size, state->rank, [&](const ccl::kvs::address_type& mine) {
-    const std::string shared =
-        share_from_rank_zero(launch, std::string(mine.data(), mine.size()), state->timeout_seconds);
-    ccl::kvs::address_type address{};
-    std::copy_n(shared.begin(), std::min(shared.size(), address.size()), address.begin());
-    return address;
+  const double timeout_seconds = communication_timeout_seconds();
+  return std::make_unique<OnecclCommunicator>(launch.rank, launch.world_size, [&](const std::string& mine) {
+    return share_from_rank_zero(launch, mine, timeout_seconds);
   });
-  state->communicator = new ccl::communicator(std::move(made));
-  state->make_queues();
-  return std::unique_ptr<OnecclCommunicator>(new OnecclCommunicator(std::move(state)));
 }
 
 OnecclCommunicator::OnecclCommunicator(std::unique_ptr<State> state) : state_(std::move(state)) {}
