@@ -311,11 +311,12 @@ class FaultyRank(unittest.TestCase):
 
     TIMEOUT = 2
 
-    def run_with_fault(self, fault, ranks, algorithm, launcher_options=(), transport="mpi"):
+    def run_with_fault(self, fault, ranks, algorithm, launcher_options=(), transport="mpi", environment=None):
         started = time.monotonic()
         result = spattn(ranks, "run", "--algo", algorithm, "--transport", transport, "--seq", "96", "--heads", "4",
                         "--head-dim", "8",
-                        environment={"SPATTN_TIMEOUT": str(self.TIMEOUT), "SPATTN_FAULT": fault + ":1:0"},
+                        environment=dict(environment or {}, SPATTN_TIMEOUT=str(self.TIMEOUT),
+                                         SPATTN_FAULT=fault + ":1:0"),
                         launcher_options=launcher_options)
         elapsed = time.monotonic() - started
         if not launcher_options:  # under --enable-recovery, mpirun's status is 0 whatever the ranks did
@@ -342,6 +343,17 @@ class FaultyRank(unittest.TestCase):
         for algorithm in ("ring", "allgather", "ulysses"):
             with self.subTest(algorithm=algorithm):
                 self.run_with_fault("stall", 4, algorithm, transport="oneccl")
+
+    def test_a_killed_rank_over_oneccl_in_shared_memory_is_reported_by_every_other_rank(self):
+        # Ranks of one host over oneCCL's shared-memory transport. Over its default TCP provider a
+        # peer's death ends the neighbouring ranks from inside oneCCL's worker thread (an exception
+        # there ends the process) before they can report it (README, "When a rank dies or stalls").
+        if not ONECCL_BUILT:
+            self.skipTest("this spattn has no oneccl transport")
+        for algorithm in ("zigzag", "ulysses", "allgather"):
+            with self.subTest(algorithm=algorithm):
+                self.run_with_fault("kill", 4, algorithm, launcher_options=("--enable-recovery",), transport="oneccl",
+                                    environment={"FI_PROVIDER": "shm", "CCL_ATL_SHM": "1"})
 
     def test_bad_timeout_and_fault_values_name_the_allowed_form(self):
         result = spattn(2, "run", environment={"SPATTN_TIMEOUT": "soon"})
