@@ -2,10 +2,11 @@
 
 Tensor arguments are any DLPack-exporting CPU or CUDA tensors (torch.Tensor, numpy arrays, ...)
 that are contiguous, of 1 to 4 dimensions, in float32, float16 or bfloat16. make_nccl_unique_id and
-NcclCommunicator exist only in builds with the CUDA path (SPATTN_CUDA=ON pip install .).
+NcclCommunicator exist only in builds with the CUDA path (SPATTN_CUDA=ON pip install .),
+OnecclCommunicator only where oneCCL was found (scripts/install-dependencies.sh installs it).
 """
 
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 Tensor = Any  # a DLPack-exporting tensor
 
@@ -87,6 +88,17 @@ class MpiCommunicator(Communicator):
         """A communicator over these ranks of this one (rank i of it is ranks[i]), collective over
         them only: every listed rank calls it with the same list, the others need not."""
     def all_gather_bytes(self, data: bytes) -> List[bytes]: ...
+
+def launched_by_environment() -> bool:
+    """Whether this process was started without an MPI launcher but with WORLD_SIZE set (torchrun, a
+    shell loop): CPU tensors then run over oneCCL by default."""
+
+class OnecclCommunicator(Communicator):
+    """spattn's communicator over oneCCL, for CPU tensors (where this build has oneCCL)."""
+
+    def __init__(self, rank: int, size: int, share: Callable[[bytes], bytes]) -> None:
+        """Rank `rank` of `size` processes (collective): share(address) is given this rank's
+        key-value store address and returns rank 0's, e.g. by torch.distributed.broadcast_object_list."""
 
 def make_nccl_unique_id() -> bytes:
     """A fresh NCCL unique id: one rank makes it, every rank of the new communicator passes it."""

@@ -81,7 +81,7 @@ def test_a_group_without_this_rank_is_rejected():
 
 def test_tensors_on_other_devices_are_rejected():
     q, k, v = (x.to("meta") for x in shard())
-    with pytest.raises(ValueError, match=r"tensors on meta; allowed: cpu \(over MPI\) and cuda \(over NCCL\)"):
+    with pytest.raises(ValueError, match=r"tensors on meta; allowed: cpu \(over MPI or oneCCL\) and cuda \(over NCCL\)"):
         spattn.ring_flash_attn_func(q, k, v)
 
 

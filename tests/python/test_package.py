@@ -91,4 +91,6 @@ def test_stubs_name_everything_the_module_has():
     stubbed = {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
     public = {name for name in dir(_core) if not name.startswith("_")}
     cuda_only = {"make_nccl_unique_id", "NcclCommunicator"}
-    assert stubbed == public | (set() if spattn.is_available("cuda") else cuda_only)
+    oneccl_only = {"OnecclCommunicator"}  # built where oneCCL was found
+    assert stubbed == (public | (set() if spattn.is_available("cuda") else cuda_only)
+                       | (set() if spattn.communicator.oneccl_built() else oneccl_only))
