@@ -1,25 +1,28 @@
 #pragma once
-// The own attention backward for sm_90a: fp32 throughout, not yet pipelined like the forward
-// (bench/kernel-notes.md tracks its speed).
+// The own attention backward for sm_90a (FlashAttention-3's shape of warp roles; bench/kernel-notes.md
+// tracks its speed), fp32 throughout:
 // - one CTA per (key tile of 128 keys of a segment, kv head, batch), the key tiles that see the
-//   most query rows launched first (the causal diagonal's work shrinks along the keys); its two
-//   warpgroups own 64 keys each and loop over every query tile (64 rows) of every query head of
-//   the GQA group that sees a key of the tile; K and V are loaded once, Q and dO by the tensor memory accelerator
-//   (TMA) into two stages, the next tile's while this one's products run;
-// - per query tile, with the scores transposed (keys as rows, so that P^T and dS^T come out of
-//   the accumulators already as the A operands of the next products): S^T = K Q^T and
-//   dP^T = V dO^T by wgmma, P^T = exp(scale S^T - lse), dS^T = P^T (dP^T - delta) in fp32;
-//   dV += P^T dO and dK += dS^T Q by wgmma with P^T and dS^T from registers, dK and dV staying in
-//   fp32 registers over the whole loop; dS through shared memory (stmatrix) for dQ = dS K, which
-//   goes through shared memory in fp32 and is added into the block's fp32 dq by the TMA unit's
-//   reduce-add (several key tiles add to each row: one bulk operation per step instead of 32-64
-//   scalar atomics per thread, which bounded b1 at about a quarter of cuDNN's speed);
+//   most query rows launched first (the causal diagonal's work shrinks along the keys); it loops
+//   over every query tile (64 rows) of every query head of the GQA group that sees a key of the
+//   tile;
+// - warpgroup 0 produces with two warps: one loads K and V once, then each step's Q, dO (TMA),
+//   lse and delta into a two-stage pipeline that the consumers release after their last product
+//   that reads a stage; the other adds each step's dQ from shared memory into the block's fp32 dq
+//   with the TMA unit's reduce-add (several key tiles add to each row: one bulk operation per
+//   step, not scalar atomics), off the consumers' path;
+// - two consumer warpgroups own 64 keys each. Per query tile, with the scores transposed (keys as
+//   rows, so that P^T and dS^T come out of the accumulators already as the A operands of the next
+//   products): S^T = K Q^T and dP^T = V dO^T by wgmma, P^T = exp(scale S^T - lse),
+//   dS^T = P^T (dP^T - delta) in fp32; dV += P^T dO and dK += dS^T Q by wgmma with P^T and dS^T
+//   from registers, dK and dV staying in fp32 registers over the whole loop; dS through shared
+//   memory (stmatrix) for dQ = dS K, whose fp32 result goes to the dQ writer through shared memory;
 // - at the end dK and dV are added into the segment's fp32 dk and dv, once per key (this CTA owns
 //   its keys of its kv head: the GQA group's heads are summed in its registers).
 // Only the (query tile, key tile) pairs that cross a mask edge or the end of a segment are masked
 // element-wise; rows that see no key (lse -inf) and rows past the query count contribute nothing.
 
 #include <cutlass/arch/barrier.h>
+#include <cutlass/arch/reg_reconfig.h>
 #include <cutlass/barrier.h>
 #include <cutlass/cutlass.h>
 #include <cutlass/numeric_conversion.h>
@@ -47,11 +50,19 @@ struct BackwardTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockN = kBackwardKeyTile;  // keys of the CTA, 64 per warpgroup
   static constexpr int kBlockM = kBackwardQueryTile;  // query rows per step
-  static constexpr int kWarpgroups = 2;
-  static constexpr int kThreads = 128 * kWarpgroups;
+  static constexpr int kConsumerWarpgroups = 2;
+  static constexpr int kConsumerThreads = 128 * kConsumerWarpgroups;
+  static constexpr int kThreads = 128 + kConsumerThreads;  // a producer warpgroup first
+  // Registers after setmaxnreg: the producer's two warps need few, the consumers hold dK and dV
+  // (128 a thread) through the whole loop.
+  static constexpr int kProducerRegisters = 24;
+  static constexpr int kConsumerRegisters = 240;
+  static_assert(128 * kProducerRegisters + kConsumerThreads * kConsumerRegisters <= 65536, "registers of one CTA");
   static constexpr int kStages = 2;  // query tiles (Q, dO, lse, delta) in shared memory
+  static constexpr int kScoreGradBuffers = 2;  // dS of this step and of the previous one
   // dQ = dS K runs on 64 columns of head_dim per warpgroup: both at D = 128, one at D = 64.
   static constexpr int kQueryGradWarpgroups = kHeadDim / 64;
+  static constexpr int kQueryGradThreads = 128 * kQueryGradWarpgroups;
 
   // S^T = K Q^T and dP^T = V dO^T: (M = keys, N = queries, K = head_dim), keys split between the
   // warpgroups.
@@ -60,7 +71,7 @@ struct BackwardTraits {
   using TileKeyGrads = Shape<Int<kBlockN>, Int<kHeadDim>, Int<kBlockM>>;
   // dQ = dS K, one warpgroup's part: (M = queries, N = 64 of head_dim, K = keys).
   using TileQueryGrad = Shape<Int<kBlockM>, _64, Int<kBlockN>>;
-  using WarpgroupsAlongM = Layout<Shape<Int<kWarpgroups>, _1, _1>>;
+  using WarpgroupsAlongM = Layout<Shape<Int<kConsumerWarpgroups>, _1, _1>>;
   using MmaScores =
       decltype(make_tiled_mma(GMMA::ss_op_selector<Element, Element, float, TileScores>(), WarpgroupsAlongM{}));
   using MmaKeyGrads = decltype(make_tiled_mma(
@@ -81,12 +92,13 @@ struct BackwardTraits {
   using SmemRowsTransposed =
       decltype(composition(SmemRows{}, make_layout(Shape<Int<kHeadDim>, Int<kBlockM>, Int<kStages>>{},
                                                    Stride<Int<kBlockM>, _1, Int<kBlockM * kHeadDim>>{})));
-  // dS as (rows, keys), keys contiguous: the K-major A operand of dQ = dS K.
-  using SmemScoreGrads =
-      decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Element>{}, Shape<Int<kBlockM>, Int<kBlockN>>{}));
-  // The same bytes as (keys, rows), the shape of the dS^T accumulator that stores them.
-  using SmemScoreGradsTransposed = decltype(composition(
-      SmemScoreGrads{}, make_layout(Shape<Int<kBlockN>, Int<kBlockM>>{}, Stride<Int<kBlockM>, _1>{})));
+  // dS as (rows, keys, buffers), keys contiguous: the K-major A operand of dQ = dS K.
+  using SmemScoreGrads = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Element>{},
+                                                Shape<Int<kBlockM>, Int<kBlockN>, Int<kScoreGradBuffers>>{}));
+  // The same bytes as (keys, rows, buffers), the shape of the dS^T accumulator that stores them.
+  using SmemScoreGradsTransposed =
+      decltype(composition(SmemScoreGrads{}, make_layout(Shape<Int<kBlockN>, Int<kBlockM>, Int<kScoreGradBuffers>>{},
+                                                         Stride<Int<kBlockM>, _1, Int<kBlockM * kBlockN>>{})));
   // dQ of a step in fp32, (rows, head_dim), as the TMA unit reads it to add into dq: 128-byte
   // swizzled, so that a warp's stores of its accumulator rows fall on different banks.
   using SmemQueryGrad =
@@ -124,7 +136,8 @@ struct BackwardTraits {
     float lse_log2[kStages][kBlockM];  // lse * log2(e); +inf for rows that add nothing
     float delta[kStages][kBlockM];
     alignas(16) cutlass::arch::ClusterTransactionBarrier keys_full;
-    cutlass::arch::ClusterTransactionBarrier rows_full[kStages];
+    cutlass::arch::ClusterTransactionBarrier rows_full[kStages];  // Q, dO, lse and delta of a stage arrived
+    cutlass::arch::ClusterBarrier rows_empty[kStages];            // every consumer done with a stage
   };
   // The dynamic shared memory's base is only 16-byte aligned: room to align it to 1024.
   static constexpr int kSharedBytes = sizeof(SharedStorage) + 1024;
@@ -153,12 +166,15 @@ struct RowTerms {
   float delta = 0.0f;
 };
 
-/// The named barrier of the threads that compute dQ, once each has stored its part (id 0 is
-/// __syncthreads').
-constexpr uint32_t kQueryGradStoredBarrier = 1;
+/// Named barriers (ids past CUTLASS's reserved ones).
+enum class BackwardBarrier : uint32_t {
+  score_grads_stored = 0,  // consumers: both warpgroups' dS of the step are in shared memory
+  query_grad_empty = 1,    // dQ writer -> dQ warpgroups: the add has read the dQ buffer out
+  query_grad_full = 2,     // dQ warpgroups -> dQ writer: the step's dQ is in the buffer
+};
 
 /// The turn counters of the deterministic mode (BackwardProblem::dq_turns), waited on and moved
-/// on by one thread, which synchronizes with the others by the kernel's own barriers.
+/// on by the dQ writer's lane 0, which synchronizes with the others by the kernel's own barriers.
 struct OneThreadSync {
   __device__ static void sync() {}
 };
@@ -187,37 +203,205 @@ __device__ inline int key_tiles_before(const BackwardProblem& problem, int tile_
   return before;
 }
 
-template <class Traits>
-__global__ void __launch_bounds__(Traits::kThreads, 1)
-    backward_kernel(const __grid_constant__ BackwardParams<Traits> params) {
-  using Element = typename Traits::Element;
-  constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
-  auto& shared = aligned_shared_storage<typename Traits::SharedStorage>();
-  const BackwardProblem& problem = params.problem;
-  const int thread = threadIdx.x;
-  const int warpgroup = thread / 128;
+/// The work of one CTA: a key tile of one segment, for one kv head and batch, and its steps, the
+/// query tiles of every query head of the GQA group that see a key of the tile, head by head.
+struct BackwardTile {
+  int tile_index;  // among the launch's key tiles
+  int segment_index;
+  int key_tile;  // within the segment
+  int kv_head;
+  int batch;
+  int group;  // query heads per kv head
+  TileSpan query_tiles;
 
-  // This CTA's key tile, kv head and batch, the key tile varying slowest: every head's tiles that
-  // see the most rows start first, the light ones fill the last wave.
-  const int tile_index = static_cast<int>(blockIdx.x) / (problem.kv_heads * problem.batch);
-  const int kv_head = static_cast<int>(blockIdx.x) / problem.batch % problem.kv_heads;
-  const int batch = static_cast<int>(blockIdx.x) % problem.batch;
-  int segment_index = 0;
-  while (segment_index + 1 < problem.num_segments && problem.segments[segment_index + 1].first_tile <= tile_index)
-    ++segment_index;
-  const BackwardSegment& segment = problem.segments[segment_index];
-  const int key_tile = tile_index - segment.first_tile;
-  const int group = problem.heads / problem.kv_heads;
+  __device__ int steps() const { return group * (query_tiles.end - query_tiles.begin); }
+  __device__ QueryStep step_at(int step) const {
+    const int m_blocks = query_tiles.end - query_tiles.begin;
+    return QueryStep{kv_head * group + step / m_blocks, query_tiles.begin + step % m_blocks};
+  }
+};
+
+/// This CTA's tile, the key tile varying fastest over the grid: the CTAs that run at once are the
+/// key tiles of one or two heads, which read the same Q and dO and add into the same rows of dq,
+/// all of it in L2 (with the key tile slowest, the heads running at once each read their own,
+/// from memory: 1.9 TB/s of DRAM traffic at 8k causal). Under the causal mask a head's first key
+/// tiles see the most rows, so its heaviest tiles start first.
+__device__ inline BackwardTile backward_tile(const BackwardProblem& problem) {
+  BackwardTile tile;
+  tile.tile_index = static_cast<int>(blockIdx.x) % problem.key_tiles;
+  tile.kv_head = static_cast<int>(blockIdx.x) / problem.key_tiles % problem.kv_heads;
+  tile.batch = static_cast<int>(blockIdx.x) / problem.key_tiles / problem.kv_heads;
+  tile.segment_index = 0;
+  while (tile.segment_index + 1 < problem.num_segments &&
+         problem.segments[tile.segment_index + 1].first_tile <= tile.tile_index)
+    ++tile.segment_index;
+  const BackwardSegment& segment = problem.segments[tile.segment_index];
+  tile.key_tile = tile.tile_index - segment.first_tile;
+  tile.group = problem.heads / problem.kv_heads;
+  tile.query_tiles =
+      visible_query_tiles(problem.q_position, problem.rows, KeyRange{segment.position, segment.keys}, tile.key_tile,
+                          problem.mask_left, problem.mask_right, kBackwardQueryTile, kBackwardKeyTile);
+  return tile;
+}
+
+/// The global positions of the first and last valid row of a step's query tile.
+__device__ inline QueryRows step_rows(const BackwardProblem& problem, const QueryStep& at) {
+  const int64_t first_row = problem.q_position + int64_t{at.m_block} * kBackwardQueryTile;
+  return QueryRows{first_row, first_row + min(kBackwardQueryTile, problem.rows - at.m_block * kBackwardQueryTile) - 1};
+}
+
+/// Barrier-word view of a transaction barrier, as the TMA copies take it.
+__device__ inline uint64_t& barrier_word(cutlass::arch::ClusterTransactionBarrier& barrier) {
+  return reinterpret_cast<cutlass::arch::ClusterTransactionBarrier::ValueType&>(barrier);
+}
+
+/// The query tiles (M, D, tiles) of query head `head` of `batch`, in the tensor of rows (q, dout or
+/// dq) that `tma` reads or adds into.
+template <class Traits, class Tma>
+__device__ auto query_tiles_of(const Tma& tma, const BackwardProblem& problem, int head, int batch) {
+  Tensor m = tma.get_tma_tensor(make_shape(problem.rows, int32_t{Traits::kHeadDim}, problem.heads, problem.batch))(
+      _, _, head, batch);
+  return local_tile(m, Shape<Int<Traits::kBlockM>, Int<Traits::kHeadDim>>{}, make_coord(_, _0{}));
+}
+
+// ---- producer: K and V once, then each step's Q, dO, lse and delta -----------------------------
+
+/// Warp 0 of the producer warpgroup. Lane 0 issues the TMA loads of K and V, and of each step's Q
+/// and dO into the step's stage once the consumers have released it; every lane reads lse and
+/// delta of two of the step's rows into the stage (not by TMA: their rows need not be 16-byte
+/// aligned) and arrives on the stage's barrier, which completes when all 32 have and the tiles'
+/// bytes have landed.
+template <class Traits>
+__device__ void load_tiles(const BackwardParams<Traits>& params, const BackwardTile& tile,
+                           typename Traits::SharedStorage& shared) {
+  constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
+  const BackwardProblem& problem = params.problem;
+  const BackwardSegment& segment = problem.segments[tile.segment_index];
+  const int lane = threadIdx.x % 32;
+  const bool issuing = lane == 0;
+  Tensor sK = make_tensor(make_smem_ptr(shared.k), typename Traits::SmemKeys{});
+  Tensor sV = make_tensor(make_smem_ptr(shared.v), typename Traits::SmemKeys{});
+  Tensor sQ = make_tensor(make_smem_ptr(shared.q), typename Traits::SmemRows{});
+  Tensor sdO = make_tensor(make_smem_ptr(shared.dout), typename Traits::SmemRows{});
+
+  if (issuing) {
+    const auto load_keys = [&](const typename Traits::TmaKeys& tma, auto& destination) {
+      Tensor m = tma.get_tma_tensor(make_shape(segment.keys, kHeadDim, problem.kv_heads, problem.batch))(
+          _, _, tile.kv_head, tile.batch);
+      Tensor g = local_tile(m, Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));  // (N, D, tiles)
+      auto cta = tma.get_slice(_0{});
+      copy(tma.with(barrier_word(shared.keys_full), 0), group_modes<0, 3>(cta.partition_S(g))(_, tile.key_tile),
+           group_modes<0, 3>(cta.partition_D(destination)));
+    };
+    cute::prefetch_tma_descriptor(params.tma_q.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(params.tma_dout.get_tma_descriptor());
+    shared.keys_full.arrive_and_expect_tx(2 * Traits::kKeyTileBytes);
+    load_keys(params.tma_k[tile.segment_index], sK);
+    load_keys(params.tma_v[tile.segment_index], sV);
+  }
+  const int steps = tile.steps();
+  for (int step = 0; step < steps; ++step) {
+    const int stage = step % Traits::kStages;
+    shared.rows_empty[stage].wait((step / Traits::kStages) % 2 ^ 1);  // passes at once on the first round
+    const QueryStep at = tile.step_at(step);
+    if (issuing) {
+      const auto load_rows = [&](const typename Traits::TmaRows& tma, auto& destination) {
+        auto cta = tma.get_slice(_0{});
+        copy(tma.with(barrier_word(shared.rows_full[stage]), 0),
+             group_modes<0, 3>(cta.partition_S(query_tiles_of<Traits>(tma, problem, at.head, tile.batch)))(_,
+                                                                                                           at.m_block),
+             group_modes<0, 3>(cta.partition_D(destination))(_, stage));
+      };
+      shared.rows_full[stage].expect_transaction(2 * Traits::kRowTileBytes);
+      load_rows(params.tma_q, sQ);
+      load_rows(params.tma_dout, sdO);
+    }
+    CUTE_UNROLL
+    for (int row_in_tile = lane; row_in_tile < kBlockM; row_in_tile += 32) {
+      RowTerms terms;
+      const int64_t row = int64_t{at.m_block} * kBlockM + row_in_tile;
+      if (row < problem.rows) {
+        const float lse = problem.lse[tile.batch * problem.lse_strides[0] + at.head * problem.lse_strides[1] +
+                                      row * problem.lse_strides[2]];
+        if (lse != -INFINITY) {  // -inf: the row sees no key
+          terms.lse_log2 = lse * static_cast<float>(M_LOG2E);
+          terms.delta = problem.delta[tile.batch * problem.delta_strides[0] + at.head * problem.delta_strides[1] +
+                                      row * problem.delta_strides[2]];
+        }
+      }
+      shared.lse_log2[stage][row_in_tile] = terms.lse_log2;
+      shared.delta[stage][row_in_tile] = terms.delta;
+    }
+    shared.rows_full[stage].arrive();
+  }
+}
+
+// ---- dQ writer: each step's dQ from shared memory into dq ---------------------------------------
+
+/// Warp 1 of the producer warpgroup. Once the dQ warpgroups have stored a step's dQ, lane 0 adds
+/// it into dq with the TMA unit's reduce-add (several key tiles add to each row: one bulk
+/// operation per step, not scalar atomics) and hands the buffer back when the add has read it.
+/// In deterministic mode lane 0 first waits for the query tile's turn (QueryGradTurns): a CTA
+/// waits only for key tiles of lower index, whose CTAs started before it (the grid runs in index
+/// order) and never wait for it, so there is no cycle; it passes the turn on once its add is
+/// complete, its writes performed.
+template <class Traits>
+__device__ void add_query_grads(const BackwardParams<Traits>& params, const BackwardTile& tile,
+                                typename Traits::SharedStorage& shared) {
+  using cutlass::arch::NamedBarrier;
+  const BackwardProblem& problem = params.problem;
+  const bool issuing = threadIdx.x % 32 == 0;
+  constexpr int kBufferThreads = Traits::kQueryGradThreads + 32;
+  Tensor sdQ = make_tensor(make_smem_ptr(shared.query_grad), typename Traits::SmemQueryGrad{});
+  const int query_tiles = (problem.rows + Traits::kBlockM - 1) / Traits::kBlockM;
+  const auto& tma = params.tma_dq_add;
+  auto cta = tma.get_slice(_0{});
+
+  NamedBarrier::arrive(kBufferThreads, uint32_t(BackwardBarrier::query_grad_empty));  // the buffer starts free
+  const int steps = tile.steps();
+  for (int step = 0; step < steps; ++step) {
+    NamedBarrier::sync(kBufferThreads, uint32_t(BackwardBarrier::query_grad_full));
+    const QueryStep at = tile.step_at(step);
+    const int turn = (tile.batch * problem.heads + at.head) * query_tiles + at.m_block;
+    if (issuing) {
+      if (problem.dq_turns != nullptr) {
+        QueryGradTurnBarrier::wait_eq(problem.dq_turns, 0, turn,
+                                      key_tiles_before(problem, tile.tile_index, step_rows(problem, at)));
+        fence_generic_with_async_global();  // the add below comes after the previous tile's
+      }
+      copy(
+          tma, group_modes<0, 3>(cta.partition_S(sdQ)),
+          group_modes<0, 3>(cta.partition_D(query_tiles_of<Traits>(tma, problem, at.head, tile.batch)))(_, at.m_block));
+      tma_store_arrive();
+      tma_store_wait<0>();  // the buffer read out
+    }
+    __syncwarp();
+    if (step + 1 < steps) NamedBarrier::arrive(kBufferThreads, uint32_t(BackwardBarrier::query_grad_empty));
+    if (issuing && problem.dq_turns != nullptr) {
+      wait_bulk_operations_complete();
+      fence_generic_with_async_global();
+      QueryGradTurnBarrier::arrive_inc(problem.dq_turns, 0, turn);
+    }
+  }
+}
+
+// ---- consumers: the products and the softmax's gradient -----------------------------------------
+
+/// The two consumer warpgroups, 64 keys each. Per step: S^T and dP^T, P^T and dS^T in fp32, dV and
+/// dK accumulated in registers, dS^T through shared memory (one of two buffers, alternating, so
+/// that one barrier per step orders its writes and reads), dQ = dS K into the dQ buffer; at the
+/// end dK and dV into the segment's fp32 accumulators.
+template <class Traits>
+__device__ void consume(const BackwardParams<Traits>& params, const BackwardTile& tile,
+                        typename Traits::SharedStorage& shared) {
+  using Element = typename Traits::Element;
+  using cutlass::arch::NamedBarrier;
+  constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
+  const BackwardProblem& problem = params.problem;
+  const BackwardSegment& segment = problem.segments[tile.segment_index];
   const KeyRange keys{segment.position, segment.keys};
-  const TileSpan visited = visible_query_tiles(problem.q_position, problem.rows, keys, key_tile, problem.mask_left,
-                                               problem.mask_right, kBlockM, kBlockN);
-  if (visited.empty()) return;  // no row sees these keys: dk and dv gain nothing
-  const int first_m_block = visited.begin;
-  const int m_blocks = visited.end - visited.begin;
-  const int steps = group * m_blocks;
-  const auto step_at = [&](int step) {
-    return QueryStep{kv_head * group + step / m_blocks, first_m_block + step % m_blocks};
-  };
+  const int thread = threadIdx.x - 128;  // among the consumers
+  const int warpgroup = thread / 128;    // keys [64 warpgroup, 64 warpgroup + 64) of the tile
 
   Tensor sK = make_tensor(make_smem_ptr(shared.k), typename Traits::SmemKeys{});
   Tensor sV = make_tensor(make_smem_ptr(shared.v), typename Traits::SmemKeys{});
@@ -236,132 +420,28 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
       make_tensor(make_smem_ptr(shared.score_grads), typename Traits::SmemScoreGradsTransposed{}));
   Tensor sdQ_stores = as_position_independent_swizzle_tensor(sdQ);
 
-  const auto barrier_word = [](cutlass::arch::ClusterTransactionBarrier& barrier) -> uint64_t& {
-    return reinterpret_cast<cutlass::arch::ClusterTransactionBarrier::ValueType&>(barrier);
-  };
-  // One thread issues the loads; each stage's barrier completes when its bytes have arrived.
-  const auto load_keys = [&] {
-    const auto load = [&](const typename Traits::TmaKeys& tma, auto& destination) {
-      Tensor m =
-          tma.get_tma_tensor(make_shape(segment.keys, kHeadDim, problem.kv_heads, problem.batch))(_, _, kv_head, batch);
-      Tensor g = local_tile(m, Shape<Int<kBlockN>, Int<kHeadDim>>{}, make_coord(_, _0{}));  // (N, D, tiles)
-      auto cta = tma.get_slice(_0{});
-      copy(tma.with(barrier_word(shared.keys_full), 0), group_modes<0, 3>(cta.partition_S(g))(_, key_tile),
-           group_modes<0, 3>(cta.partition_D(destination)));
-    };
-    shared.keys_full.arrive_and_expect_tx(2 * Traits::kKeyTileBytes);
-    load(params.tma_k[segment_index], sK);
-    load(params.tma_v[segment_index], sV);
-  };
-  // The query tiles (M, D, tiles) of query head `head` of this CTA's batch, in the tensor of rows
-  // (q, dout or dq) that `tma` reads or adds into.
-  const auto query_tiles_of = [&](const auto& tma, int head) {
-    Tensor m = tma.get_tma_tensor(make_shape(problem.rows, kHeadDim, problem.heads, problem.batch))(_, _, head, batch);
-    return local_tile(m, Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(_, _0{}));
-  };
-  const auto load_rows = [&](int step, int stage) {
-    const QueryStep at = step_at(step);
-    const auto load = [&](const typename Traits::TmaRows& tma, auto& destination) {
-      auto cta = tma.get_slice(_0{});
-      copy(tma.with(barrier_word(shared.rows_full[stage]), 0),
-           group_modes<0, 3>(cta.partition_S(query_tiles_of(tma, at.head)))(_, at.m_block),
-           group_modes<0, 3>(cta.partition_D(destination))(_, stage));
-    };
-    shared.rows_full[stage].arrive_and_expect_tx(2 * Traits::kRowTileBytes);
-    load(params.tma_q, sQ);
-    load(params.tma_dout, sdO);
-  };
-  // lse and delta of a step's rows, one per thread of the first 64: read from global memory a step
-  // ahead into registers (the load's latency hidden behind the current step's products), stored
-  // into their stage before the step's dQ.
-  const auto fetch_row_terms = [&](int step) {
-    RowTerms terms;
-    const QueryStep at = step_at(step);
-    const int64_t row = int64_t{at.m_block} * kBlockM + thread;
-    if (thread >= kBlockM || row >= problem.rows) return terms;
-    const float lse =
-        problem.lse[batch * problem.lse_strides[0] + at.head * problem.lse_strides[1] + row * problem.lse_strides[2]];
-    if (lse == -INFINITY) return terms;  // the row sees no key
-    terms.lse_log2 = lse * static_cast<float>(M_LOG2E);
-    terms.delta = problem.delta[batch * problem.delta_strides[0] + at.head * problem.delta_strides[1] +
-                                row * problem.delta_strides[2]];
-    return terms;
-  };
-  const auto store_row_terms = [&](const RowTerms& terms, int stage) {
-    if (thread >= kBlockM) return;
-    shared.lse_log2[stage][thread] = terms.lse_log2;
-    shared.delta[stage][thread] = terms.delta;
-  };
-  // A step's dQ, scaled, from shared memory into dq by one thread; the bulk operation reads the
-  // shared memory asynchronously (tma_store_wait before the next step's dQ overwrites it).
-  const auto add_query_grad = [&](const QueryStep& at) {
-    const auto& tma = params.tma_dq_add;
-    auto cta = tma.get_slice(_0{});
-    copy(tma, group_modes<0, 3>(cta.partition_S(sdQ)),
-         group_modes<0, 3>(cta.partition_D(query_tiles_of(tma, at.head)))(_, at.m_block));
-    tma_store_arrive();
-  };
-  // Deterministic mode, thread 0: the turn counter of the query tile whose add is in flight (-1:
-  // none). A CTA waits only for key tiles of lower index, whose CTAs started before it (the grid
-  // runs in index order) and never wait for it: no cycle, no deadlock.
-  const int query_tiles = (problem.rows + kBlockM - 1) / kBlockM;
-  int turn_in_flight = -1;
-  const auto await_turn = [&](const QueryStep& at, QueryRows rows) {
-    const int turn = (batch * problem.heads + at.head) * query_tiles + at.m_block;
-    QueryGradTurnBarrier::wait_eq(problem.dq_turns, 0, turn, key_tiles_before(problem, tile_index, rows));
-    fence_generic_with_async_global();  // the add below comes after the previous tile's
-    turn_in_flight = turn;
-  };
-  // The previous add read out of shared memory (and, in deterministic mode, complete and its turn
-  // passed on to the next key tile) before this step's dQ overwrites its source.
-  const auto finish_query_grad_add = [&] {
-    if (problem.dq_turns == nullptr) {
-      tma_store_wait<0>();
-      return;
-    }
-    if (turn_in_flight < 0) return;
-    wait_bulk_operations_complete();
-    fence_generic_with_async_global();
-    QueryGradTurnBarrier::arrive_inc(problem.dq_turns, 0, turn_in_flight);
-    turn_in_flight = -1;
-  };
-
-  if (thread == 0) {
-    cute::prefetch_tma_descriptor(params.tma_q.get_tma_descriptor());
-    cute::prefetch_tma_descriptor(params.tma_dout.get_tma_descriptor());
-    shared.keys_full.init(1);
-    for (int stage = 0; stage < Traits::kStages; ++stage) shared.rows_full[stage].init(1);
-    cutlass::arch::fence_barrier_init();
-  }
-  __syncthreads();
-  if (thread == 0) {
-    load_keys();
-    load_rows(0, 0);
-  }
-  store_row_terms(fetch_row_terms(0), 0);
-
   typename Traits::MmaScores mma_scores;
   typename Traits::MmaKeyGrads mma_key_grads;
   typename Traits::MmaQueryGrad mma_query_grad;
   auto thread_scores = mma_scores.get_thread_slice(thread);
   auto thread_key_grads = mma_key_grads.get_thread_slice(thread);
   // Threads past the dQ product's warpgroups (D = 64: the second) take no part in it.
-  auto thread_query_grad = mma_query_grad.get_thread_slice(thread % (128 * Traits::kQueryGradWarpgroups));
+  auto thread_query_grad = mma_query_grad.get_thread_slice(thread % Traits::kQueryGradThreads);
   Tensor tSrK = thread_scores.partition_fragment_A(sK);  // descriptors (MMA, MMA_M, MMA_K)
   Tensor tSrV = thread_scores.partition_fragment_A(sV);
   Tensor tSrQ = thread_scores.partition_fragment_B(sQ);  // (MMA, MMA_N, MMA_K, stages)
   Tensor tSrdO = thread_scores.partition_fragment_B(sdO);
   Tensor tKrQt = thread_key_grads.partition_fragment_B(sQt);  // (MMA, MMA_N, MMA_K, stages)
   Tensor tKrdOt = thread_key_grads.partition_fragment_B(sdOt);
-  Tensor tQrdS = thread_query_grad.partition_fragment_A(sdS);  // (MMA, MMA_M, MMA_K)
+  Tensor tQrdS = thread_query_grad.partition_fragment_A(sdS);  // (MMA, MMA_M, MMA_K, buffers)
   Tensor tQrKt = thread_query_grad.partition_fragment_B(sKt);  // (MMA, MMA_N, MMA_K)
   typename Traits::StoreScoreGrads store_score_grads;
   typename Traits::StoreQueryGrad store_query_grad;
   auto thread_store_score_grads = store_score_grads.get_thread_slice(thread);
-  auto thread_store_query_grad = store_query_grad.get_thread_slice(thread % (128 * Traits::kQueryGradWarpgroups));
-  Tensor tSsdSt = thread_store_score_grads.partition_D(sdSt_stores);  // (CPY, CPY_M, CPY_N)
+  auto thread_store_query_grad = store_query_grad.get_thread_slice(thread % Traits::kQueryGradThreads);
+  Tensor tSsdSt = thread_store_score_grads.partition_D(sdSt_stores);  // (CPY, CPY_M, CPY_N, buffers)
   Tensor tQsdQ = thread_store_query_grad.partition_D(sdQ_stores);     // (CPY, CPY_M, CPY_N) fp32
-  // (key, row) of each score this thread holds; (key, d) of each dK, dV element; (row, d) of dQ's
+  // (key, row) of each score this thread holds; (key, d) of each dK, dV element
   Tensor score_coordinates = thread_scores.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kBlockM>>{}));
   Tensor key_grad_coordinates =
       thread_key_grads.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));
@@ -372,21 +452,16 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   clear(dV);
   const float scale_log2 = problem.scale * static_cast<float>(M_LOG2E);
 
+  shared.keys_full.wait(0);
+  const int steps = tile.steps();
   for (int step = 0; step < steps; ++step) {
     const int stage = step % Traits::kStages;
-    // Every thread is done with the previous step: its stage and dS may be written again, and
-    // this step's lse and delta are in place.
-    __syncthreads();
-    const bool has_next = step + 1 < steps;
-    if (has_next && thread == 0) load_rows(step + 1, stage ^ 1);
-    const RowTerms next_terms = has_next ? fetch_row_terms(step + 1) : RowTerms{};
-    if (step == 0) shared.keys_full.wait(0);
+    const int buffer = step % Traits::kScoreGradBuffers;
     shared.rows_full[stage].wait((step / Traits::kStages) % 2);
-    const QueryStep at = step_at(step);
-    const int64_t first_row = problem.q_position + int64_t{at.m_block} * kBlockM;
-    const QueryRows rows{first_row, first_row + min(kBlockM, problem.rows - at.m_block * kBlockM) - 1};
-    const bool masked = key_tile_needs_mask(rows, keys, key_tile, problem.mask_left, problem.mask_right, kBlockN);
-    const TileMask mask = tile_mask(first_row, keys, key_tile, problem.mask_left, problem.mask_right, kBlockN);
+    const QueryStep at = tile.step_at(step);
+    const QueryRows rows = step_rows(problem, at);
+    const bool masked = key_tile_needs_mask(rows, keys, tile.key_tile, problem.mask_left, problem.mask_right, kBlockN);
+    const TileMask mask = tile_mask(rows.first, keys, tile.key_tile, problem.mask_left, problem.mask_right, kBlockN);
 
     Tensor scores = partition_fragment_C(mma_scores, Shape<Int<kBlockN>, Int<kBlockM>>{});       // S^T, then P^T
     Tensor score_grads = partition_fragment_C(mma_scores, Shape<Int<kBlockN>, Int<kBlockM>>{});  // dP^T, then dS^T
@@ -417,7 +492,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     };
     Tensor probabilities_rounded = rounded(scores);
     Tensor score_grads_rounded = rounded(score_grads);
-    copy(store_score_grads, thread_store_score_grads.retile_S(score_grads_rounded), tSsdSt);
+    copy(store_score_grads, thread_store_score_grads.retile_S(score_grads_rounded), tSsdSt(_, _, _, buffer));
     // The same registers as the A operands of dV += P^T dO and dK += dS^T Q.
     const auto as_operand_a = [](auto& fragment) {
       return make_tensor(fragment.data(), accumulator_as_operand_a(fragment.layout()));
@@ -426,45 +501,73 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     Tensor score_grads_operand = as_operand_a(score_grads_rounded);
     issue_warpgroup_mma<false>(mma_key_grads, probabilities, tKrdOt(_, _, _, stage), dV);
     issue_warpgroup_mma<false>(mma_key_grads, score_grads_operand, tKrQt(_, _, _, stage), dK);
-    // The next step's lse and delta into the other stage, which was last read before this step's
-    // first barrier and is next read after its second.
-    if (has_next) store_row_terms(next_terms, stage ^ 1);
-    // dS written by every thread, seen by the tensor cores' reads (the async proxy); the previous
-    // step's dQ read out of shared memory by the TMA unit before this step's overwrites it.
+    // Both warpgroups' dS written and seen by the tensor cores' reads (the async proxy). A
+    // warpgroup passes this barrier only after the other has finished the previous step's dQ
+    // product, which read the buffer that the next step writes.
     cutlass::arch::fence_view_async_shared();
-    if (thread == 0) finish_query_grad_add();
-    __syncthreads();
+    NamedBarrier::sync(Traits::kConsumerThreads, uint32_t(BackwardBarrier::score_grads_stored));
     if (warpgroup < Traits::kQueryGradWarpgroups) {
       Tensor dQ = partition_fragment_C(mma_query_grad, Shape<Int<kBlockM>, Int<kHeadDim>>{});
-      issue_warpgroup_mma<true>(mma_query_grad, tQrdS, tQrKt, dQ);
+      issue_warpgroup_mma<true>(mma_query_grad, tQrdS(_, _, _, buffer), tQrKt, dQ);
+      warpgroup_wait<1>();  // dV's and dK's products have read the stage
+      shared.rows_empty[stage].arrive();
       warpgroup_wait<0>();
       CUTE_UNROLL
       for (int i = 0; i < size(dQ); ++i) dQ(i) *= problem.scale;
+      // The writer's add of the previous step has read the buffer out.
+      constexpr int kBufferThreads = Traits::kQueryGradThreads + 32;
+      NamedBarrier::sync(kBufferThreads, uint32_t(BackwardBarrier::query_grad_empty));
       copy(store_query_grad, thread_store_query_grad.retile_S(dQ), tQsdQ);
-      // Every dQ thread's stores seen by the TMA unit before thread 0 issues the add (rows past
-      // the query count fall outside dq's TMA tensor and are not added).
+      // Every dQ thread's stores seen by the TMA unit before the writer adds them (rows past the
+      // query count fall outside dq's TMA tensor and are not added).
       tma_store_fence();
-      cutlass::arch::NamedBarrier::sync(128 * Traits::kQueryGradWarpgroups, kQueryGradStoredBarrier);
-      if (thread == 0) {
-        if (problem.dq_turns != nullptr) await_turn(at, rows);
-        add_query_grad(at);
-      }
+      NamedBarrier::arrive(kBufferThreads, uint32_t(BackwardBarrier::query_grad_full));
     } else {
       warpgroup_wait<0>();
+      shared.rows_empty[stage].arrive();
     }
   }
-  if (thread == 0) finish_query_grad_add();  // the last dQ read out before the CTA's shared memory goes
 
   // dK (times the scale) and dV into the segment's accumulators, keys past its end left out.
   CUTE_UNROLL
   for (int i = 0; i < size(dK); ++i) {
-    const int64_t key = int64_t{key_tile} * kBlockN + get<0>(key_grad_coordinates(i));
+    const int64_t key = int64_t{tile.key_tile} * kBlockN + get<0>(key_grad_coordinates(i));
     if (key >= segment.keys) continue;
     const int d = get<1>(key_grad_coordinates(i));
-    segment.dk[batch * segment.dk_strides[0] + key * segment.dk_strides[1] + kv_head * segment.dk_strides[2] + d] +=
-        problem.scale * dK(i);
-    segment.dv[batch * segment.dv_strides[0] + key * segment.dv_strides[1] + kv_head * segment.dv_strides[2] + d] +=
-        dV(i);
+    segment.dk[tile.batch * segment.dk_strides[0] + key * segment.dk_strides[1] + tile.kv_head * segment.dk_strides[2] +
+               d] += problem.scale * dK(i);
+    segment.dv[tile.batch * segment.dv_strides[0] + key * segment.dv_strides[1] + tile.kv_head * segment.dv_strides[2] +
+               d] += dV(i);
+  }
+}
+
+template <class Traits>
+__global__ void __launch_bounds__(Traits::kThreads, 1)
+    backward_kernel(const __grid_constant__ BackwardParams<Traits> params) {
+  auto& shared = aligned_shared_storage<typename Traits::SharedStorage>();
+  const BackwardTile tile = backward_tile(params.problem);
+  if (tile.query_tiles.empty()) return;  // no row sees these keys: dk and dv gain nothing
+  const int warpgroup = cutlass::canonical_warp_group_idx();
+
+  if (threadIdx.x == 0) {
+    shared.keys_full.init(1);
+    for (int stage = 0; stage < Traits::kStages; ++stage) {
+      shared.rows_full[stage].init(32);  // the loading warp's lanes, each after its lse and delta
+      shared.rows_empty[stage].init(Traits::kConsumerThreads);
+    }
+    cutlass::arch::fence_barrier_init();
+  }
+  __syncthreads();  // barriers initialized before anyone waits on them
+
+  if (warpgroup == 0) {
+    // The producer needs few registers: give them to the consumers.
+    cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegisters>();
+    const int warp = threadIdx.x / 32;
+    if (warp == 0) load_tiles(params, tile, shared);
+    if (warp == 1) add_query_grads(params, tile, shared);
+  } else {
+    cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegisters>();
+    consume(params, tile, shared);
   }
 }
 
