@@ -479,6 +479,13 @@ TEST_F(HopperBackward, BadBlocksAreRefusedWithTheReason) {
   block = good.block;
   block.segments[0].dk.dtype = DType::bf16;
   expect_refused(block, {"dk"});
+  // dk one float past a 16-byte boundary (31 keys, inside its buffer): the kernel adds its rows by
+  // aligned pairs.
+  block = good.block;
+  KvGradSegment& keys = block.segments[0];
+  for (TensorView* rows : {&keys.kv.k, &keys.kv.v, &keys.dk, &keys.dv}) rows->shape[1] = 31;
+  keys.dk.data = static_cast<float*>(keys.dk.data) + 1;
+  expect_refused(block, {"aligned"});
   block = good.block;
   block.delta.dtype = DType::bf16;
   expect_refused(block, {"delta"});

@@ -215,9 +215,12 @@ struct BackwardTile {
   TileSpan query_tiles;
 
   __device__ int steps() const { return group * (query_tiles.end - query_tiles.begin); }
-  __device__ QueryStep step_at(int step) const {
-    const int m_blocks = query_tiles.end - query_tiles.begin;
-    return QueryStep{kv_head * group + step / m_blocks, query_tiles.begin + step % m_blocks};
+  __device__ QueryStep first_step() const { return QueryStep{kv_head * group, query_tiles.begin}; }
+  /// The next step's query tile: the next tile of the head, or the next head's first.
+  __device__ void advance(QueryStep& at) const {
+    if (++at.m_block < query_tiles.end) return;
+    at.m_block = query_tiles.begin;
+    ++at.head;
   }
 };
 
@@ -300,10 +303,10 @@ __device__ void load_tiles(const BackwardParams<Traits>& params, const BackwardT
     load_keys(params.tma_v[tile.segment_index], sV);
   }
   const int steps = tile.steps();
-  for (int step = 0; step < steps; ++step) {
+  QueryStep at = tile.first_step();
+  for (int step = 0; step < steps; ++step, tile.advance(at)) {
     const int stage = step % Traits::kStages;
     shared.rows_empty[stage].wait((step / Traits::kStages) % 2 ^ 1);  // passes at once on the first round
-    const QueryStep at = tile.step_at(step);
     if (issuing) {
       const auto load_rows = [&](const typename Traits::TmaRows& tma, auto& destination) {
         auto cta = tma.get_slice(_0{});
@@ -359,9 +362,9 @@ __device__ void add_query_grads(const BackwardParams<Traits>& params, const Back
 
   NamedBarrier::arrive(kBufferThreads, uint32_t(BackwardBarrier::query_grad_empty));  // the buffer starts free
   const int steps = tile.steps();
-  for (int step = 0; step < steps; ++step) {
+  QueryStep at = tile.first_step();
+  for (int step = 0; step < steps; ++step, tile.advance(at)) {
     NamedBarrier::sync(kBufferThreads, uint32_t(BackwardBarrier::query_grad_full));
-    const QueryStep at = tile.step_at(step);
     const int turn = (tile.batch * problem.heads + at.head) * query_tiles + at.m_block;
     if (issuing) {
       if (problem.dq_turns != nullptr) {
@@ -454,25 +457,30 @@ __device__ void consume(const BackwardParams<Traits>& params, const BackwardTile
 
   shared.keys_full.wait(0);
   const int steps = tile.steps();
-  for (int step = 0; step < steps; ++step) {
+  QueryStep at = tile.first_step();
+  for (int step = 0; step < steps; ++step, tile.advance(at)) {
     const int stage = step % Traits::kStages;
     const int buffer = step % Traits::kScoreGradBuffers;
     shared.rows_full[stage].wait((step / Traits::kStages) % 2);
-    const QueryStep at = tile.step_at(step);
-    const QueryRows rows = step_rows(problem, at);
-    const bool masked = key_tile_needs_mask(rows, keys, tile.key_tile, problem.mask_left, problem.mask_right, kBlockN);
-    const TileMask mask = tile_mask(rows.first, keys, tile.key_tile, problem.mask_left, problem.mask_right, kBlockN);
-
     Tensor scores = partition_fragment_C(mma_scores, Shape<Int<kBlockN>, Int<kBlockM>>{});       // S^T, then P^T
     Tensor score_grads = partition_fragment_C(mma_scores, Shape<Int<kBlockN>, Int<kBlockM>>{});  // dP^T, then dS^T
     issue_warpgroup_mma<true>(mma_scores, tSrK, tSrQ(_, _, _, stage), scores);
     issue_warpgroup_mma<true>(mma_scores, tSrV, tSrdO(_, _, _, stage), score_grads);
+    const QueryRows rows = step_rows(problem, at);
     warpgroup_wait<1>();
     CUTE_UNROLL
     for (int i = 0; i < size(scores); ++i) {
-      const int key = get<0>(score_coordinates(i)), row = get<1>(score_coordinates(i));
-      const float p = exp2_flush_denormals(scores(i) * scale_log2 - shared.lse_log2[stage][row]);
-      scores(i) = masked && !mask.visible(row, key) ? 0.0f : p;
+      const int row = get<1>(score_coordinates(i));
+      scores(i) = exp2_flush_denormals(scores(i) * scale_log2 - shared.lse_log2[stage][row]);
+    }
+    // Only the few tiles that cross a mask edge or a segment's end are masked, in a branch of
+    // their own: as a select in the loop above, the compiler worked out every element's mask bit
+    // on every step, before S's product was even issued (220 instructions a step).
+    if (key_tile_needs_mask(rows, keys, tile.key_tile, problem.mask_left, problem.mask_right, kBlockN)) {
+      const TileMask mask = tile_mask(rows.first, keys, tile.key_tile, problem.mask_left, problem.mask_right, kBlockN);
+      CUTE_UNROLL
+      for (int i = 0; i < size(scores); ++i)
+        if (!mask.visible(get<1>(score_coordinates(i)), get<0>(score_coordinates(i)))) scores(i) = 0.0f;
     }
     warpgroup_wait<0>();
     CUTE_UNROLL
@@ -500,18 +508,18 @@ __device__ void consume(const BackwardParams<Traits>& params, const BackwardTile
     Tensor probabilities = as_operand_a(probabilities_rounded);
     Tensor score_grads_operand = as_operand_a(score_grads_rounded);
     issue_warpgroup_mma<false>(mma_key_grads, probabilities, tKrdOt(_, _, _, stage), dV);
-    issue_warpgroup_mma<false>(mma_key_grads, score_grads_operand, tKrQt(_, _, _, stage), dK);
     // Both warpgroups' dS written and seen by the tensor cores' reads (the async proxy). A
     // warpgroup passes this barrier only after the other has finished the previous step's dQ
     // product, which read the buffer that the next step writes.
     cutlass::arch::fence_view_async_shared();
     NamedBarrier::sync(Traits::kConsumerThreads, uint32_t(BackwardBarrier::score_grads_stored));
+    // dQ's product goes before dK's, so that dQ's scaling and stores run while dK's product keeps
+    // the tensor cores busy (with dK first they would stand idle through them).
     if (warpgroup < Traits::kQueryGradWarpgroups) {
       Tensor dQ = partition_fragment_C(mma_query_grad, Shape<Int<kBlockM>, Int<kHeadDim>>{});
       issue_warpgroup_mma<true>(mma_query_grad, tQrdS(_, _, _, buffer), tQrKt, dQ);
-      warpgroup_wait<1>();  // dV's and dK's products have read the stage
-      shared.rows_empty[stage].arrive();
-      warpgroup_wait<0>();
+      issue_warpgroup_mma<false>(mma_key_grads, score_grads_operand, tKrQt(_, _, _, stage), dK);
+      warpgroup_wait<1>();  // dV's and dQ's products are done, dK's may still run
       CUTE_UNROLL
       for (int i = 0; i < size(dQ); ++i) dQ(i) *= problem.scale;
       // The writer's add of the previous step has read the buffer out.
@@ -523,21 +531,45 @@ __device__ void consume(const BackwardParams<Traits>& params, const BackwardTile
       tma_store_fence();
       NamedBarrier::arrive(kBufferThreads, uint32_t(BackwardBarrier::query_grad_full));
     } else {
-      warpgroup_wait<0>();
-      shared.rows_empty[stage].arrive();
+      issue_warpgroup_mma<false>(mma_key_grads, score_grads_operand, tKrQt(_, _, _, stage), dK);
     }
+    warpgroup_wait<0>();  // dV's and dK's products have read the stage
+    shared.rows_empty[stage].arrive();
   }
 
-  // dK (times the scale) and dV into the segment's accumulators, keys past its end left out.
+  // dK (times the scale) and dV into the segment's accumulators, keys past its end left out. Each
+  // thread holds column pairs of two rows (keys): a row's loads all go out before its first add,
+  // so that their latencies overlap. One element at a time, each behind its own branch, they took
+  // 17% of the kernel's time at 8k causal.
+  Tensor dK_rows = make_tensor(dK.data(), accumulator_rows_columns(dK.layout()));  // (keys, columns)
+  Tensor dV_rows = make_tensor(dV.data(), accumulator_rows_columns(dV.layout()));
+  Tensor key_grad_rows =
+      make_tensor(key_grad_coordinates.data(), accumulator_rows_columns(key_grad_coordinates.layout()));
+  constexpr int kPairs = decltype(size<1>(dK_rows))::value / 2;
   CUTE_UNROLL
-  for (int i = 0; i < size(dK); ++i) {
-    const int64_t key = int64_t{tile.key_tile} * kBlockN + get<0>(key_grad_coordinates(i));
+  for (int row = 0; row < size<0>(dK_rows); ++row) {
+    const int64_t key = int64_t{tile.key_tile} * kBlockN + get<0>(key_grad_rows(row, 0));
     if (key >= segment.keys) continue;
-    const int d = get<1>(key_grad_coordinates(i));
-    segment.dk[tile.batch * segment.dk_strides[0] + key * segment.dk_strides[1] + tile.kv_head * segment.dk_strides[2] +
-               d] += problem.scale * dK(i);
-    segment.dv[tile.batch * segment.dv_strides[0] + key * segment.dv_strides[1] + tile.kv_head * segment.dv_strides[2] +
-               d] += dV(i);
+    float* const dk_row = segment.dk + tile.batch * segment.dk_strides[0] + key * segment.dk_strides[1] +
+                          tile.kv_head * segment.dk_strides[2];
+    float* const dv_row = segment.dv + tile.batch * segment.dv_strides[0] + key * segment.dv_strides[1] +
+                          tile.kv_head * segment.dv_strides[2];
+    float2 dk_old[kPairs], dv_old[kPairs];
+    CUTE_UNROLL
+    for (int pair = 0; pair < kPairs; ++pair) {
+      const int d = get<1>(key_grad_rows(row, 2 * pair));
+      dk_old[pair] = *reinterpret_cast<const float2*>(dk_row + d);
+      dv_old[pair] = *reinterpret_cast<const float2*>(dv_row + d);
+    }
+    CUTE_UNROLL
+    for (int pair = 0; pair < kPairs; ++pair) {
+      const int d = get<1>(key_grad_rows(row, 2 * pair));
+      *reinterpret_cast<float2*>(dk_row + d) =
+          make_float2(fmaf(problem.scale, dK_rows(row, 2 * pair), dk_old[pair].x),
+                      fmaf(problem.scale, dK_rows(row, 2 * pair + 1), dk_old[pair].y));
+      *reinterpret_cast<float2*>(dv_row + d) =
+          make_float2(dv_old[pair].x + dV_rows(row, 2 * pair), dv_old[pair].y + dV_rows(row, 2 * pair + 1));
+    }
   }
 }
 

@@ -90,6 +90,9 @@ std::string block_unsupported(const BackwardBlock& block) {
     if (!(reason = hopper::key_values_unsupported(kOwnBackward, kv, q)).empty()) return reason;
     if (!(reason = fp32_accumulator(segment.dk, "dk", kv.k)).empty()) return reason;
     if (!(reason = fp32_accumulator(segment.dv, "dv", kv.k)).empty()) return reason;
+    // The kernel adds dk's and dv's rows by aligned pairs, laid out as dq's (the TMA unit's rule).
+    if (!(reason = tma_addressable(kOwnBackward, segment.dk, "dk")).empty()) return reason;
+    if (!(reason = tma_addressable(kOwnBackward, segment.dv, "dv")).empty()) return reason;
     key_tiles += key_tiles_of(kv);
   }
   // One CTA per (key tile, kv head, batch) in a one-dimensional grid.
