@@ -40,8 +40,7 @@ TEST_P(PlanMemoryOnGpus, AllocatesAtTheFirstCallOnlyAndLeavesTheGpuAsItWas) {
   std::string why_skipped;
   Communicator* communicator = gpu_case_communicator(algorithm, transport, setup, why_skipped);
   if (communicator == nullptr) GTEST_SKIP() << why_skipped;
-  const int ranks = world().size();
-  const AttentionShape shape{1, 8 * setup.length_unit, 2 * ranks, ranks, 128, DType::bf16};
+  const AttentionShape shape = gpu_case_shape(setup);
   AttentionOptions options;
   options.causal = true;
   const AttentionProblem problem = random_problem(shape, options, 97, /*backward=*/true);
@@ -60,7 +59,7 @@ TEST_P(PlanMemoryOnGpus, AllocatesAtTheFirstCallOnlyAndLeavesTheGpuAsItWas) {
                                      << (static_cast<double>(free_before) - static_cast<double>(free_after)) << " bytes";
   if (world().rank() == 0) {
     std::printf("%s over %s at %d ranks, S=%lld H=%lld HK=%lld D=128 bf16 causal: peak workspace %.2f MiB per rank\n",
-                algorithm_name(algorithm).c_str(), transport_name(transport).c_str(), ranks,
+                algorithm_name(algorithm).c_str(), transport_name(transport).c_str(), world().size(),
                 static_cast<long long>(shape.seq), static_cast<long long>(shape.heads),
                 static_cast<long long>(shape.kv_heads), static_cast<double>(first.memory.peak_bytes) / (1 << 20));
   }

@@ -26,8 +26,7 @@ TEST_P(ProfileOnGpus, AddsUpAndLeavesTheOutputsAsTheyWere) {
   std::string why_skipped;
   Communicator* communicator = gpu_case_communicator(algorithm, transport, setup, why_skipped);
   if (communicator == nullptr) GTEST_SKIP() << why_skipped;
-  const int ranks = world().size();
-  const AttentionShape shape{1, 8 * setup.length_unit, 2 * ranks, ranks, 128, DType::bf16};
+  const AttentionShape shape = gpu_case_shape(setup);
   AttentionOptions options;
   options.causal = true;
   options.deterministic = true;  // the same bits with and without the profile

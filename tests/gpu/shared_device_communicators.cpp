@@ -39,6 +39,11 @@ Communicator* gpu_case_communicator(Algorithm algorithm, Transport transport, Al
   return why_skipped.empty() ? communicator : nullptr;
 }
 
+AttentionShape gpu_case_shape(const AlgorithmSetup& setup) {
+  const int ranks = world().size();
+  return AttentionShape{1, 8 * setup.length_unit, 2 * ranks, ranks, 128, DType::bf16};
+}
+
 std::string transport_case_name(Transport transport) { return transport == Transport::nccl ? "nccl" : "staged"; }
 
 std::string algorithm_transport_case_name(const ::testing::TestParamInfo<std::tuple<Algorithm, Transport>>& info) {

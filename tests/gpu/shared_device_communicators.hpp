@@ -24,6 +24,10 @@ Communicator* shared_device_communicator(Transport transport, std::string& why_n
 Communicator* gpu_case_communicator(Algorithm algorithm, Transport transport, AlgorithmSetup& setup,
                                     std::string& why_skipped);
 
+/// The shape of a GPU case that runs a whole strategy on `setup`: batch 1, 8 of its length units
+/// of tokens, 2N query heads on N kv heads at this run's N ranks (GQA), D 128, bf16.
+AttentionShape gpu_case_shape(const AlgorithmSetup& setup);
+
 /// NCCL (one GPU per rank) and MPI staged through the host (any number of ranks per GPU).
 inline const Transport kDeviceTransports[] = {Transport::nccl, Transport::staged_mpi};
 

@@ -17,6 +17,7 @@
 #include "comm/timeout_message.hpp"
 #include "core/cuda/cuda_check.hpp"
 #include "core/cuda/current_device_guard.hpp"
+#include "core/cuda/device_event.hpp"
 #include "spattn/error.hpp"
 
 namespace spattn {
@@ -112,25 +113,11 @@ void check_device_index(int device_index) {
 // (a step's gradient hop must not delay the wait for the key/value rotation started before it).
 class NcclPendingTransfer final : public PendingTransfer {
  public:
-  NcclPendingTransfer(int device_index, uint64_t watch_ticket) : ticket(watch_ticket), device_index_(device_index) {
-    SPATTN_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
-  }
-  ~NcclPendingTransfer() override {
-    // A destructor must not throw: the guard's failure leaves the event to the context's end.
-    try {
-      cuda::CurrentDeviceGuard guard(device_index_);
-      cudaEventDestroy(done);
-    } catch (...) {
-    }
-  }
-  NcclPendingTransfer(const NcclPendingTransfer&) = delete;
-  NcclPendingTransfer& operator=(const NcclPendingTransfer&) = delete;
+  NcclPendingTransfer(int device_index, uint64_t watch_ticket)
+      : ticket(watch_ticket), done(device_index, cudaEventDisableTiming) {}
 
   uint64_t ticket;
-  cudaEvent_t done = nullptr;  // recorded on the communication stream after the transfer
-
- private:
-  int device_index_;
+  cuda::DeviceEvent done;  // recorded on the communication stream after the transfer
 };
 
 // What rank 0 of a bootstrap communicator gives every rank: the id, or word that making it failed.
@@ -278,7 +265,7 @@ struct NcclCommunicator::State {
     follow_compute_stream();
     enqueue(usable);
     auto transfer = std::make_unique<NcclPendingTransfer>(device_index, watchdog->watch(stream, operation, peers));
-    SPATTN_CUDA_CHECK(cudaEventRecord(transfer->done, stream));
+    SPATTN_CUDA_CHECK(cudaEventRecord(transfer->done.get(), stream));
     return transfer;
   }
 
@@ -506,7 +493,7 @@ void NcclCommunicator::wait(PendingTransfer& transfer) {
   check_issued(state, "an earlier transfer", comm);
   cuda::CurrentDeviceGuard guard(state_->device_index);
   // No host synchronization: the compute stream's later work waits on the device.
-  SPATTN_CUDA_CHECK(cudaStreamWaitEvent(state_->compute_stream, pending.done, 0));
+  SPATTN_CUDA_CHECK(cudaStreamWaitEvent(state_->compute_stream, pending.done.get(), 0));
 }
 
 void NcclCommunicator::check_transfers_completed() { state_->health->check(); }

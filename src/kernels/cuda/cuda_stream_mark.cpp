@@ -5,29 +5,15 @@
 
 namespace spattn::cuda {
 
-CudaStreamMark::CudaStreamMark(int device_index, cudaStream_t stream) : device_index_(device_index) {
-  const CurrentDeviceGuard guard(device_index_);
-  SPATTN_CUDA_CHECK(cudaEventCreate(&event_));
-  try {
-    SPATTN_CUDA_CHECK(cudaEventRecord(event_, stream));
-  } catch (...) {
-    cudaEventDestroy(event_);
-    throw;
-  }
-}
-
-CudaStreamMark::~CudaStreamMark() {
-  // A destructor must not throw: the guard's failure leaves the event to the context's end.
-  try {
-    const CurrentDeviceGuard guard(device_index_);
-    cudaEventDestroy(event_);
-  } catch (...) {
-  }
+CudaStreamMark::CudaStreamMark(int device_index, cudaStream_t stream) : event_(device_index, cudaEventDefault) {
+  const CurrentDeviceGuard guard(device_index);
+  SPATTN_CUDA_CHECK(cudaEventRecord(event_.get(), stream));
 }
 
 double CudaStreamMark::milliseconds_since(const StreamMark& earlier) const {
   float milliseconds = 0;
-  SPATTN_CUDA_CHECK(cudaEventElapsedTime(&milliseconds, static_cast<const CudaStreamMark&>(earlier).event_, event_));
+  SPATTN_CUDA_CHECK(
+      cudaEventElapsedTime(&milliseconds, static_cast<const CudaStreamMark&>(earlier).event_.get(), event_.get()));
   return milliseconds;
 }
 

@@ -4,6 +4,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "core/cuda/device_event.hpp"
 #include "kernels/stream_mark.hpp"
 
 namespace spattn::cuda {
@@ -12,15 +13,11 @@ class CudaStreamMark final : public StreamMark {
  public:
   /// Records a timing event after the work enqueued so far on `stream` of `device_index`.
   CudaStreamMark(int device_index, cudaStream_t stream);
-  ~CudaStreamMark() override;
-  CudaStreamMark(const CudaStreamMark&) = delete;
-  CudaStreamMark& operator=(const CudaStreamMark&) = delete;
 
   double milliseconds_since(const StreamMark& earlier) const override;
 
  private:
-  int device_index_;
-  cudaEvent_t event_ = nullptr;
+  DeviceEvent event_;
 };
 
 }  // namespace spattn::cuda
