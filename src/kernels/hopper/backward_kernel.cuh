@@ -1,10 +1,9 @@
 #pragma once
 // The own attention backward for sm_90a (FlashAttention-3's shape of warp roles; bench/kernel-notes.md
 // tracks its speed), fp32 throughout:
-// - one CTA per (key tile of 128 keys of a segment, kv head, batch), the key tiles that see the
-//   most query rows launched first (the causal diagonal's work shrinks along the keys); it loops
-//   over every query tile (64 rows) of every query head of the GQA group that sees a key of the
-//   tile;
+// - one CTA per (key tile of 128 keys of a segment, kv head, batch), a head's key tiles side by
+//   side in the grid (backward_tile); it loops over every query tile (64 rows) of every query
+//   head of the GQA group that sees a key of the tile;
 // - warpgroup 0 produces with two warps: one loads K and V once, then each step's Q, dO (TMA),
 //   lse and delta into a two-stage pipeline that the consumers release after their last product
 //   that reads a stage; the other adds each step's dQ from shared memory into the block's fp32 dq
