@@ -29,7 +29,6 @@ class DeviceEvent {
   DeviceEvent& operator=(const DeviceEvent&) = delete;
 
   cudaEvent_t get() const { return event_; }
-  int device_index() const { return device_index_; }
 
  private:
   int device_index_;

@@ -62,6 +62,8 @@ struct BackwardTraits {
   // dQ = dS K runs on 64 columns of head_dim per warpgroup: both at D = 128, one at D = 64.
   static constexpr int kQueryGradWarpgroups = kHeadDim / 64;
   static constexpr int kQueryGradThreads = 128 * kQueryGradWarpgroups;
+  // The dQ buffer's barriers join the dQ warpgroups and the writer warp.
+  static constexpr int kQueryGradBufferThreads = kQueryGradThreads + 32;
 
   // S^T = K Q^T and dP^T = V dO^T: (M = keys, N = queries, K = head_dim), keys split between the
   // warpgroups.
@@ -353,7 +355,7 @@ __device__ void add_query_grads(const BackwardParams<Traits>& params, const Back
   using cutlass::arch::NamedBarrier;
   const BackwardProblem& problem = params.problem;
   const bool issuing = threadIdx.x % 32 == 0;
-  constexpr int kBufferThreads = Traits::kQueryGradThreads + 32;
+  constexpr int kBufferThreads = Traits::kQueryGradBufferThreads;
   Tensor sdQ = make_tensor(make_smem_ptr(shared.query_grad), typename Traits::SmemQueryGrad{});
   const int query_tiles = (problem.rows + Traits::kBlockM - 1) / Traits::kBlockM;
   const auto& tma = params.tma_dq_add;
@@ -522,7 +524,7 @@ __device__ void consume(const BackwardParams<Traits>& params, const BackwardTile
       CUTE_UNROLL
       for (int i = 0; i < size(dQ); ++i) dQ(i) *= problem.scale;
       // The writer's add of the previous step has read the buffer out.
-      constexpr int kBufferThreads = Traits::kQueryGradThreads + 32;
+      constexpr int kBufferThreads = Traits::kQueryGradBufferThreads;
       NamedBarrier::sync(kBufferThreads, uint32_t(BackwardBarrier::query_grad_empty));
       copy(store_query_grad, thread_store_query_grad.retile_S(dQ), tQsdQ);
       // Every dQ thread's stores seen by the TMA unit before the writer adds them (rows past the
