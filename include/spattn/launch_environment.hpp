@@ -16,10 +16,12 @@ struct LaunchEnvironment {
   int world_size = 1;       ///< WORLD_SIZE: the number of processes, at least 1
   std::string master_addr;  ///< MASTER_ADDR: host name or IPv4 address of rank 0's machine
   int master_port = 0;      ///< MASTER_PORT: 1..65535
-  /// Where rank 0 listens for the others: MASTER_PORT, or MASTER_PORT + 1 under torchrun's agent store
-  /// (TORCHELASTIC_USE_AGENT_STORE=True), whose agent already listens at MASTER_PORT with its own
-  /// store protocol, which spattn does not speak.
-  int rendezvous_port = 0;
+  /// Where rank 0 may listen for the others: MASTER_PORT itself, or, under torchrun's agent store
+  /// (TORCHELASTIC_USE_AGENT_STORE=True), whose agent already listens at MASTER_PORT with its own store
+  /// protocol that spattn does not speak, the first free one of MASTER_PORT+1..MASTER_PORT+count.
+  /// torchrun picked MASTER_PORT free but not the ports beside it, and any local connection may hold one.
+  int first_rendezvous_port = 0;
+  int rendezvous_port_count = 1;
 };
 
 /// This process's rank as its launcher's environment tells it before any communicator exists: an

@@ -1,5 +1,6 @@
 #include "spattn/launch_environment.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <string>
@@ -72,8 +73,18 @@ LaunchEnvironment launch_environment() {
   launch.master_port = integer_variable(
       "MASTER_PORT", 1, highest_port,
       "an integer 1.." + std::to_string(highest_port) + ", a TCP port" +
-          (beside_agent_store ? " (rank 0 listens at MASTER_PORT+1 beside torchrun's agent store)" : ""));
-  launch.rendezvous_port = beside_agent_store ? launch.master_port + 1 : launch.master_port;
+          (beside_agent_store ? " (rank 0 listens above MASTER_PORT, beside torchrun's agent store)" : ""));
+  if (beside_agent_store) {
+    // Enough that ports held by this machine's own connections (which take ports near a freshly
+    // picked one) leave a free one, few enough that ranks looking for rank 0 find it at once.
+    constexpr int kPortsAboveTheAgentStore = 16;
+    launch.first_rendezvous_port = launch.master_port + 1;
+    launch.rendezvous_port_count =
+        static_cast<int>(std::min<long>(kPortsAboveTheAgentStore, kHighestPort - launch.master_port));
+  } else {
+    launch.first_rendezvous_port = launch.master_port;
+    launch.rendezvous_port_count = 1;
+  }
   return launch;
 }
 

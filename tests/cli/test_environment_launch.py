@@ -146,7 +146,7 @@ class EnvironmentLaunch(unittest.TestCase):
                                                         "launcher) forms its ranks over oneCCL only")
 
     def test_torchrun_starts_the_ranks(self):
-        # torchrun's agent keeps its own store at MASTER_PORT: rank 0 listens at MASTER_PORT+1.
+        # torchrun's agent keeps its own store at MASTER_PORT: rank 0 listens at a free port above it.
         if shutil.which("torchrun") is None:
             self.skipTest("no torchrun here")
         result = subprocess.run(["torchrun", "--nproc-per-node", "2", "--no-python", SPATTN, "run", "--algo", "zigzag",
