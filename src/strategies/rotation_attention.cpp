@@ -134,22 +134,22 @@ class RotationStrategy final : public StrategyBase {
       }
     }
     const SlotSet* own_gradient = &kv_gradient_contribution[0];
+    std::unique_ptr<PendingTransfer> final_hop;
     if (ranks > 1) {
-      // The last hop brings each slot its final gradient, with no step left to hide it behind.
-      // The owner would round it to the caller's dtype anyway, so the sender does and the hop
-      // carries half the bytes of fp32 (for bf16 and fp16). Both key/value buffers are free
-      // now: no rotation follows the last step, whose blocks were enqueued before this copy.
+      // The last hop brings each slot its final gradient, with no step left to hide it behind,
+      // only dq's conversion below. The owner would round it to the caller's dtype anyway, so the
+      // sender does and the hop carries half the bytes of fp32 (for bf16 and fp16). Both
+      // key/value buffers are free now: no rotation follows the last step, whose blocks were
+      // enqueued before this copy.
       const SlotSet& final_gradient = rotating_kv[current];
       const SlotSet& own_final_gradient = rotating_kv[1 - current];
       recorder.compute(ranks - 1, [&] { copy_slots(kv_gradient_contribution[(ranks - 1) % 2], final_gradient); });
-      gradient_hop = start_rotation(final_gradient, own_final_gradient, recorder, ranks - 1);
-      recorder.wait(ranks - 1, world, *gradient_hop);
+      final_hop = start_rotation(final_gradient, own_final_gradient, recorder, ranks - 1);
       own_gradient = &own_final_gradient;
     }
-    recorder.compute(ranks - 1, [&] {
-      kernels->copy(dq_accumulator, dq);
-      return_own_slots(*own_gradient, dk, dv);
-    });
+    recorder.compute(ranks - 1, [&] { kernels->copy(dq_accumulator, dq); });  // while the last hop travels
+    if (final_hop) recorder.wait(ranks - 1, world, *final_hop);
+    recorder.compute(ranks - 1, [&] { return_own_slots(*own_gradient, dk, dv); });
     recorder.finish();
   }
 
