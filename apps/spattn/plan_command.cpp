@@ -300,13 +300,12 @@ std::string comparison_json(const PlanCase& plan, const std::vector<StrategyCost
 
 std::string comparison_table(const PlanCase& plan, const std::vector<StrategyCost>& costs) {
   std::ostringstream text;
-  text << "model of " << count_of(plan.ranks, "rank") << " on " << plan.cluster.name << " ("
-       << cluster_summary(plan.cluster) << ")\n"
+  text << "model of " << count_of(plan.ranks, "rank") << " on " << plan.cluster.name << " (" << cluster_summary(plan.cluster)
+       << ")\n"
        << shape_summary(plan) << "\n"
-       << "per rank and forward step: a rotation step (ring, zigzag, hamilton, hamilton2, usp's ring), a\n"
-          "middle wave of ulysses, or the whole forward pass where nothing overlaps (allgather, ulysses in one\n"
-          "wave); steps: how many such steps; exposed: transfer time that compute does not hide, forward and\n"
-          "backward; times in ms\n";
+       << "per rank and forward step: a rotation step (ring, zigzag, hamilton, hamilton2, usp's ring), or the\n"
+          "whole forward pass where nothing overlaps (ulysses, allgather); steps: how many such steps; exposed:\n"
+          "transfer time that compute does not hide, forward and backward; times in ms\n";
   const std::vector<int> widths = {11, 7, 12, 12, 6, 10, 10, 10, 10, 10, 10};
   const auto row = [&](const std::vector<std::string>& cells) {
     for (std::size_t i = 0; i < cells.size(); ++i)

@@ -119,9 +119,8 @@ struct StrategyCost {
   Algorithm algorithm = Algorithm::ring;
   std::string not_applicable;  ///< why the algorithm cannot run this case; "" when it can
   std::string configuration;   ///< slots, or how usp and hamilton2 split the ranks
-  /// A typical forward step: the most repeated overlapped step that moves data (a rotation step,
-  /// a middle wave of Ulysses), or for a strategy without one (allgather, Ulysses in one wave) its
-  /// whole forward pass as one step.
+  /// A typical forward step: the most repeated rotation step, or for a strategy that does not
+  /// overlap (ulysses, allgather) its whole forward pass as one step.
   StepCost step;
   std::vector<StepCost> forward;  ///< every step, in order
   std::vector<StepCost> backward;

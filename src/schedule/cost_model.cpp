@@ -1,11 +1,11 @@
+#include "schedule/step_traffic.hpp"
+
 #include <algorithm>
 #include <sstream>
 
 #include "schedule/rotation_schedule.hpp"
-#include "schedule/step_traffic.hpp"
 #include "schedule/strategy_rules.hpp"
 #include "schedule/ulysses_degree.hpp"
-#include "schedule/ulysses_waves.hpp"
 #include "spattn/error.hpp"
 #include "spattn/sequence_layout.hpp"
 
@@ -186,10 +186,18 @@ void finish(StrategyCost& cost) {
   cost.forward_backward_exposed_seconds = cost.forward_exposed_seconds + exposed(cost.backward);
 }
 
-// The kv heads a rank's block carries when Ulysses gives each of `degree` ranks heads / degree
-// consecutive query heads in one wave (schedule/ulysses_waves.hpp).
+// The kv heads a rank reads when Ulysses gives each of `degree` ranks heads / degree consecutive
+// query heads; a kv head read by several ranks goes to each of them, and every rank's block has
+// room for the most any rank reads (src/strategies/ulysses_strategy.cpp).
 int64_t ulysses_kv_heads_per_rank(const AttentionShape& shape, int degree) {
-  return plan_ulysses_waves(shape.heads, shape.kv_heads, degree, 1).front().most_kv_arriving();
+  const int64_t heads_per_rank = shape.heads / degree;
+  const int64_t group = shape.heads / shape.kv_heads;  // query heads per kv head
+  int64_t most = 0;
+  for (int64_t rank = 0; rank < degree; ++rank) {
+    const int64_t first = rank * heads_per_rank;
+    most = std::max(most, (first + heads_per_rank - 1) / group - first / group + 1);
+  }
+  return most;
 }
 
 // The shape, N, the mask and the cluster: what every strategy needs to size its messages and blocks.
@@ -308,60 +316,32 @@ void cost_rotation(StrategyCost& cost, const Problem& problem, const StrategyOpt
   add_rotation_passes(cost, problem, flops, kv, kv_gradient);
 }
 
-// Ulysses' waves, as src/strategies/ulysses_strategy.cpp runs them: the first wave's inputs travel
-// alone, each wave's attention (`wave_seconds`) overlaps the next wave's inputs and the previous
-// wave's results, and the last wave's results travel alone. `inputs` and `results` per wave.
-void add_ulysses_waves(std::vector<StepCost>& pass, const Problem& problem, const std::string& input_names,
-                       const std::string& result_names, const std::vector<StepTraffic>& inputs,
-                       const std::vector<StepTraffic>& results, double wave_seconds) {
-  const std::size_t waves = inputs.size();
-  append_step(pass, {"all-to-all " + input_names, 1, 0.0, step_transfer(problem.cluster, inputs.front()), false});
-  for (std::size_t wave = 0; wave < waves; ++wave) {
-    StepTraffic traffic = no_traffic(problem.ranks);
-    std::string what = "attention";
-    if (wave + 1 < waves) {
-      traffic = combined(traffic, inputs[wave + 1]);
-      what += " | next wave's " + input_names;
-    }
-    if (wave > 0) {
-      traffic = combined(traffic, results[wave - 1]);
-      what += " | last wave's " + result_names;
-    }
-    append_step(pass, {what, 1, wave_seconds, step_transfer(problem.cluster, traffic), true});
-  }
-  append_step(pass, {"all-to-all " + result_names, 1, 0.0, step_transfer(problem.cluster, results.back()), false});
-}
-
 void cost_ulysses(StrategyCost& cost, const Problem& problem) {
   const int ranks = problem.ranks;
   const AttentionShape& shape = problem.shape;
-  const int64_t waves = ulysses_wave_count(shape.heads, shape.kv_heads, ranks);
-  const int64_t heads = shape.heads / ranks / waves;  // per wave
-  cost.configuration = std::to_string(shape.heads / ranks) + " heads per rank" +
-                       (waves > 1 ? " in " + std::to_string(waves) + " waves" : "");
-  // Each rank sends peer p the wave's heads of p for its S/N tokens, and back. The block kernels'
-  // gradients travel in fp32, summed over the ranks that read a kv head before their one rounding.
+  cost.configuration = std::to_string(shape.heads / ranks) + " heads per rank";
+  // Each rank sends peer p the p-th N-th of its heads for its S/N tokens, and back.
   const int64_t tokens = problem.tokens_per_rank();
   const int64_t e = problem.element_bytes();
-  const int64_t q_part = problem.bytes(tokens, heads, e);
-  const int64_t dq_part = problem.bytes(tokens, heads, kFp32Bytes);
-  const int64_t lse_part = shape.batch * heads * tokens * kFp32Bytes;
-  std::vector<StepTraffic> forward_inputs, forward_results, backward_inputs, gradients;
-  for (const UlyssesWave& wave : plan_ulysses_waves(shape.heads, shape.kv_heads, ranks, waves)) {
-    const int64_t kv_part = problem.bytes(tokens, wave.most_kv_arriving(), e);
-    const int64_t dkv_part = problem.bytes(tokens, wave.most_kv_leaving(), kFp32Bytes);
-    forward_inputs.push_back(group_all_to_all(ranks, ranks, {q_part, kv_part, kv_part}));
-    forward_results.push_back(group_all_to_all(ranks, ranks, {q_part, lse_part}));
-    backward_inputs.push_back(group_all_to_all(ranks, ranks, {q_part, kv_part, kv_part, q_part, q_part, lse_part}));
-    gradients.push_back(group_all_to_all(ranks, ranks, {dq_part, dkv_part, dkv_part}));
-  }
+  const int64_t q_part = problem.bytes(tokens, shape.heads / ranks, e);
+  const int64_t kv_part = problem.bytes(tokens, ulysses_kv_heads_per_rank(shape, ranks), e);
+  const int64_t lse_part = shape.batch * (shape.heads / ranks) * tokens * kFp32Bytes;
   const double flop =
       problem.windowed()
-          ? problem.pairs_flop(heads, static_cast<double>(problem.mask.visible_pairs(0, shape.seq, 0, shape.seq)))
-          : problem.flop(heads, shape.seq, shape.seq, problem.causal);
-  add_ulysses_waves(cost.forward, problem, "q,k,v", "out,lse", forward_inputs, forward_results, problem.seconds(flop));
-  add_ulysses_waves(cost.backward, problem, "q,k,v,out,dout,lse", "dq,dk,dv (fp32)", backward_inputs, gradients,
-                    problem.seconds(kBackwardFlopRatio * flop));
+          ? problem.pairs_flop(shape.heads / ranks, static_cast<double>(problem.mask.visible_pairs(0, shape.seq, 0, shape.seq)))
+          : problem.flop(shape.heads / ranks, shape.seq, shape.seq, problem.causal);
+
+  add_transfer_phase(cost.forward, problem, "all-to-all q,k,v",
+                     group_all_to_all(ranks, ranks, {q_part, kv_part, kv_part}));
+  add_attention_phase(cost.forward, problem, flop);
+  add_transfer_phase(cost.forward, problem, "all-to-all out,lse", group_all_to_all(ranks, ranks, {q_part, lse_part}));
+
+  add_transfer_phase(cost.backward, problem, "all-to-all q,k,v,out,dout,lse",
+                     group_all_to_all(ranks, ranks, {q_part, kv_part, kv_part, q_part, q_part, lse_part}));
+  add_attention_phase(cost.backward, problem, kBackwardFlopRatio * flop);
+  // A rank's dk, dv are complete after its local backward, so they travel in the input dtype.
+  add_transfer_phase(cost.backward, problem, "all-to-all dq,dk,dv",
+                     group_all_to_all(ranks, ranks, {q_part, kv_part, kv_part}));
 }
 
 void cost_allgather(StrategyCost& cost, const Problem& problem) {

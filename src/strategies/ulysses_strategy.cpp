@@ -4,8 +4,11 @@
 // Backward moves its inputs the same way and sends the gradients back, summing the gradients of
 // kv heads that several ranks read.
 //
-// The heads move in waves (schedule/ulysses_waves.hpp): run_waves attends one wave while the
-// next wave's inputs and the last wave's results travel.
+// The heads move in waves: the same slice of every rank's query heads is moved, attended and moved
+// back on its own, so that one wave's attention runs while the next wave's inputs and the last
+// wave's results travel, and only the first wave's inputs and the last wave's results wait on the
+// wire. A kv head travels with the first wave whose query heads read it, its gradients with the
+// last.
 //
 // USP (usp_strategy.cpp) is the same code inside groups of N1 consecutive ranks, with a rotation
 // across the groups attending the head shards (in one wave) instead of the local block kernels.
@@ -24,7 +27,6 @@
 #include "kernels/block_kernels.hpp"
 #include "schedule/document_cut.hpp"
 #include "schedule/strategy_rules.hpp"
-#include "schedule/ulysses_waves.hpp"
 #include "spattn/distributed_attention.hpp"
 #include "strategies/all_to_all_exchange.hpp"
 #include "strategies/call_validation.hpp"
@@ -49,6 +51,20 @@ struct Axes {
 };
 constexpr Axes kBshd{1, 2};  // q, k, v, out, dout and their gradients: (B, S, H, D)
 constexpr Axes kBhs{2, 1};   // lse and delta: (B, H, S)
+
+// Heads [first, first + count).
+struct HeadRange {
+  int64_t first = 0;
+  int64_t count = 0;
+};
+
+// The kv heads that query heads `query_heads` read when every `group_size` consecutive query
+// heads share one kv head.
+HeadRange kv_heads_read(const HeadRange& query_heads, int64_t group_size) {
+  const int64_t first = query_heads.first / group_size;
+  const int64_t last = (query_heads.first + query_heads.count - 1) / group_size;
+  return {first, last - first + 1};
+}
 
 // Query heads that the block kernel can attend in one call over kv heads, in a rank's local
 // head indices: the kernel lets query head i of a block read kv head i / (q_count / kv_count),
@@ -75,6 +91,30 @@ std::vector<HeadGroup> head_groups(const HeadRange& query_heads, int64_t group_s
   return groups;
 }
 
+// Heads [first, first + count) minus the heads of `other`, which lie before them (`before`) or after
+// them: consecutive waves of consecutive query heads read kv heads in order, and may share one at
+// either end.
+HeadRange minus_overlap(const HeadRange& heads, const HeadRange& other, bool before) {
+  const int64_t end = heads.first + heads.count;
+  if (other.count == 0) return heads;
+  if (before) {
+    const int64_t first = std::max(heads.first, other.first + other.count);
+    return {first, std::max<int64_t>(0, end - first)};
+  }
+  return {heads.first, std::max<int64_t>(0, std::min(end, other.first) - heads.first)};
+}
+
+// Waves per call: more hide more of the all-to-alls behind attention, but each wave is a kernel
+// call per head group and block with a grid of fewer heads. The most that divides the query heads
+// of a head shard, up to this.
+constexpr int64_t kMostWaves = 4;
+
+int64_t wave_count(int64_t heads_per_rank) {
+  for (int64_t waves = std::min(kMostWaves, heads_per_rank); waves > 1; --waves)
+    if (heads_per_rank % waves == 0) return waves;
+  return 1;
+}
+
 // Whether data arriving for a place overwrites it or is added to it.
 enum class Arrival { overwrite, sum };
 
@@ -97,9 +137,7 @@ class UlyssesStrategy final : public StrategyBase {
         heads_per_rank(call_shape.heads / ranks),
         group_size(call_shape.heads / call_shape.kv_heads),
         // An inner strategy attends the head shard it was made for, whole.
-        heads_per_wave(across.inner
-                           ? heads_per_rank
-                           : heads_per_rank / ulysses_wave_count(call_shape.heads, call_shape.kv_heads, ranks)),
+        heads_per_wave(across.inner ? heads_per_rank : heads_per_rank / wave_count(heads_per_rank)),
         // An inner strategy reads and writes the call's dtype; the block kernels accumulate in
         // fp32, rounded once on the way back.
         result_dtype(across.inner ? call_shape.dtype : DType::f32) {
@@ -217,22 +255,35 @@ class UlyssesStrategy final : public StrategyBase {
   enum ForwardResultPart { kOutPart, kLsePart };
   enum GradientPart { kDqPart, kDkPart, kDvPart };
 
-  // One wave (schedule/ulysses_waves.hpp) with this rank's kernel calls and its all-to-alls.
-  struct Wave : UlyssesWave {
-    std::vector<HeadGroup> groups;     // this rank's query heads of the wave as kernel calls
-    AllToAllExchange forward_inputs;   // q, k, v
-    AllToAllExchange forward_results;  // out, lse
-    AllToAllExchange backward_inputs;  // q, k, v, dout, lse, and delta or out (see output_travels)
-    AllToAllExchange gradients;        // dq, dk, dv in result_dtype
+  // One wave: the same slice of every rank's query heads, with its all-to-alls.
+  struct Wave {
+    std::vector<HeadRange> query_of;        // per rank, its global query heads in this wave
+    std::vector<HeadRange> kv_arriving_of;  // per rank, the kv heads its wave reads first of its waves
+    std::vector<HeadRange> kv_leaving_of;   // per rank, the kv heads its wave reads last of its waves
+    std::vector<HeadGroup> groups;          // this rank's query heads of the wave as kernel calls
+    AllToAllExchange forward_inputs;        // q, k, v
+    AllToAllExchange forward_results;       // out, lse
+    AllToAllExchange backward_inputs;       // q, k, v, dout, lse, and delta or out (see output_travels)
+    AllToAllExchange gradients;             // dq, dk, dv in result_dtype
   };
 
   void plan_waves() {
-    std::vector<UlyssesWave> plan =
-        plan_ulysses_waves(shape.heads, shape.kv_heads, ranks, heads_per_rank / heads_per_wave);
-    waves.resize(plan.size());
-    for (std::size_t index = 0; index < plan.size(); ++index) {
-      Wave& wave = waves[index];
-      static_cast<UlyssesWave&>(wave) = std::move(plan[index]);
+    const int64_t wave_total = heads_per_rank / heads_per_wave;
+    waves.resize(static_cast<std::size_t>(wave_total));
+    for (int64_t index = 0; index < wave_total; ++index) {
+      Wave& wave = waves[static_cast<std::size_t>(index)];
+      for (int peer = 0; peer < ranks; ++peer) {
+        const HeadRange query{peer * heads_per_rank + index * heads_per_wave, heads_per_wave};
+        const HeadRange read = kv_heads_read(query, group_size);
+        const HeadRange read_before =
+            index > 0 ? kv_heads_read({query.first - heads_per_wave, heads_per_wave}, group_size) : HeadRange{};
+        const HeadRange read_after = index + 1 < wave_total
+                                         ? kv_heads_read({query.first + heads_per_wave, heads_per_wave}, group_size)
+                                         : HeadRange{};
+        wave.query_of.push_back(query);
+        wave.kv_arriving_of.push_back(minus_overlap(read, read_before, /*before=*/true));
+        wave.kv_leaving_of.push_back(minus_overlap(read, read_after, /*before=*/false));
+      }
       // head_groups numbers heads from the wave's first query head and the kv head it reads; the
       // head shards from the rank's.
       const HeadRange& own_query = wave.query_of[static_cast<std::size_t>(rank)];
@@ -250,7 +301,7 @@ class UlyssesStrategy final : public StrategyBase {
   // query heads of several ranks goes into the block of each of them.
   void describe_exchanges(Wave& wave) {
     const int64_t B = shape.batch, D = shape.head_dim;
-    const int64_t arriving = wave.most_kv_arriving(), leaving = wave.most_kv_leaving();
+    const int64_t arriving = most_heads(wave.kv_arriving_of), leaving = most_heads(wave.kv_leaving_of);
     for (AllToAllExchange* inputs : {&wave.forward_inputs, &wave.backward_inputs}) {
       inputs->add_part(shape.dtype, {B, local_seq, heads_per_wave, D});  // q
       inputs->add_part(shape.dtype, {B, local_seq, arriving, D});        // k
@@ -269,6 +320,12 @@ class UlyssesStrategy final : public StrategyBase {
     wave.gradients.add_part(result_dtype, {B, local_seq, heads_per_wave, D});  // dq
     wave.gradients.add_part(result_dtype, {B, local_seq, leaving, D});         // dk
     wave.gradients.add_part(result_dtype, {B, local_seq, leaving, D});         // dv
+  }
+
+  static int64_t most_heads(const std::vector<HeadRange>& heads_of) {
+    int64_t most = 0;
+    for (const HeadRange& heads : heads_of) most = std::max(most, heads.count);
+    return most;
   }
 
   // Whether backward moves the forward output itself: an inner strategy's backward takes out, and

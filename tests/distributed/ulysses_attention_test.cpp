@@ -95,8 +95,8 @@ TEST(UlyssesPlan, RepeatedCallsAreIdentical) {
 
 // Four query heads per rank move in four waves, each its own all-to-all to head shards and back;
 // with one kv head per two query heads, each kv head travels with the first wave that reads it and
-// its gradients with the last (the accuracy cases check the result: most of them move in 2 or 3
-// waves, with kv heads shared by consecutive waves and by ranks among them).
+// its gradients with the last (the accuracy cases check the result: heads per rank 2 and 3 move in 2
+// and 3 waves, kv heads shared by consecutive waves and by ranks among them).
 TEST(UlyssesPlan, HeadsMoveInWaves) {
   const int ranks = world().size();
   if (ranks < 2) GTEST_SKIP() << "nothing moves at one rank";
