@@ -4,14 +4,8 @@
 // Backward moves its inputs the same way and sends the gradients back, summing the gradients of
 // kv heads that several ranks read.
 //
-// The heads move in waves: the same slice of every rank's query heads is moved, attended and moved
-// back on its own, so that one wave's attention runs while the next wave's inputs and the last
-// wave's results travel, and only the first wave's inputs and the last wave's results wait on the
-// wire. A kv head travels with the first wave whose query heads read it, its gradients with the
-// last.
-//
 // USP (usp_strategy.cpp) is the same code inside groups of N1 consecutive ranks, with a rotation
-// across the groups attending the head shards (in one wave) instead of the local block kernels.
+// across the groups attending the head shards instead of the local block kernels.
 
 #include "strategies/ulysses_strategy.hpp"
 
@@ -91,30 +85,6 @@ std::vector<HeadGroup> head_groups(const HeadRange& query_heads, int64_t group_s
   return groups;
 }
 
-// Heads [first, first + count) minus the heads of `other`, which lie before them (`before`) or after
-// them: consecutive waves of consecutive query heads read kv heads in order, and may share one at
-// either end.
-HeadRange minus_overlap(const HeadRange& heads, const HeadRange& other, bool before) {
-  const int64_t end = heads.first + heads.count;
-  if (other.count == 0) return heads;
-  if (before) {
-    const int64_t first = std::max(heads.first, other.first + other.count);
-    return {first, std::max<int64_t>(0, end - first)};
-  }
-  return {heads.first, std::max<int64_t>(0, std::min(end, other.first) - heads.first)};
-}
-
-// Waves per call: more hide more of the all-to-alls behind attention, but each wave is a kernel
-// call per head group and block with a grid of fewer heads. The most that divides the query heads
-// of a head shard, up to this.
-constexpr int64_t kMostWaves = 4;
-
-int64_t wave_count(int64_t heads_per_rank) {
-  for (int64_t waves = std::min(kMostWaves, heads_per_rank); waves > 1; --waves)
-    if (heads_per_rank % waves == 0) return waves;
-  return 1;
-}
-
 // Whether data arriving for a place overwrites it or is added to it.
 enum class Arrival { overwrite, sum };
 
@@ -136,17 +106,17 @@ class UlyssesStrategy final : public StrategyBase {
         group_seq(local_seq * ranks),
         heads_per_rank(call_shape.heads / ranks),
         group_size(call_shape.heads / call_shape.kv_heads),
-        // An inner strategy attends the head shard it was made for, whole.
-        heads_per_wave(across.inner ? heads_per_rank : heads_per_rank / wave_count(heads_per_rank)),
         // An inner strategy reads and writes the call's dtype; the block kernels accumulate in
         // fp32, rounded once on the way back.
         result_dtype(across.inner ? call_shape.dtype : DType::f32) {
     for (int peer = 0; peer < ranks; ++peer) {
       query_heads_of.push_back({peer * heads_per_rank, heads_per_rank});
       kv_heads_of.push_back(kv_heads_read(query_heads_of.back(), group_size));
+      kv_heads_per_block = std::max(kv_heads_per_block, kv_heads_of.back().count);
     }
     own_kv_heads = kv_heads_of[static_cast<std::size_t>(rank)].count;
-    plan_waves();
+    groups = head_groups(query_heads_of[static_cast<std::size_t>(rank)], group_size);
+    describe_exchanges();
     // The local attention's blocks over the gathered sequence (rank p's tokens at p * S_local):
     // without documents one block of the whole sequence, which is in order; with them every part
     // of a document (one per rank) against every part of it.
@@ -168,26 +138,26 @@ class UlyssesStrategy final : public StrategyBase {
     ensure_forward_workspace();
     ProfileRecorder recorder(profile, kSteps, *kernels, "forward");
 
-    if (!across.inner) recorder.compute(kToHeadsStep, [&] { fill_rows_without_keys(); });
-    Profile* inner_profile = profile && across.inner ? &inner_timing : nullptr;
-    run_waves(
-        recorder, inner_profile, &Wave::forward_inputs, &Wave::forward_results,
-        [&](const Wave& wave) { pack_inputs(wave, wave.forward_inputs, q, k, v); },
-        [&](const Wave& wave) { unpack_inputs(wave, wave.forward_inputs); },
-        [&](const Wave& wave) {
-          if (across.inner)
-            across.inner->forward(full_q, full_k, full_v, full_out, full_lse, inner_profile);
-          else
-            attend_locally_forward(wave);
-        },
-        [&](const Wave& wave) {
-          pack_sequence_shards(own_queries(full_out, kBshd, wave), kBshd, wave.forward_results, kOutPart);
-          pack_sequence_shards(own_queries(full_lse, kBhs, wave), kBhs, wave.forward_results, kLsePart);
-        },
-        [&](const Wave& wave) {
-          unpack_head_shards(wave.forward_results, kOutPart, kBshd, wave.query_of, out, Arrival::overwrite);
-          unpack_head_shards(wave.forward_results, kLsePart, kBhs, wave.query_of, lse, Arrival::overwrite);
-        });
+    recorder.compute(kToHeadsStep, [&] { pack_inputs(forward_inputs, q, k, v); });
+    exchange(recorder, kToHeadsStep, forward_inputs);
+    recorder.compute(kToHeadsStep, [&] { unpack_inputs(forward_inputs); });
+
+    Profile* inner_profile = profile ? &inner_timing : nullptr;
+    recorder.compute(kAttentionStep, [&] {
+      if (across.inner) across.inner->forward(full_q, full_k, full_v, full_out, full_lse, inner_profile);
+      else attend_locally_forward();
+    });
+    if (inner_profile) recorder.fold_nested(kAttentionStep, *inner_profile);
+
+    recorder.compute(kToSequenceStep, [&] {
+      pack_sequence_shards(full_out, kBshd, forward_results, kOutPart);
+      pack_sequence_shards(full_lse, kBhs, forward_results, kLsePart);
+    });
+    exchange(recorder, kToSequenceStep, forward_results);
+    recorder.compute(kToSequenceStep, [&] {
+      unpack_head_shards(forward_results, kOutPart, kBshd, query_heads_of, out, Arrival::overwrite);
+      unpack_head_shards(forward_results, kLsePart, kBhs, query_heads_of, lse, Arrival::overwrite);
+    });
     recorder.finish();
   }
 
@@ -198,42 +168,47 @@ class UlyssesStrategy final : public StrategyBase {
     ensure_backward_workspace();
     ProfileRecorder recorder(profile, kSteps, *kernels, "backward");
 
-    const TensorView output = output_travels() ? out : local_delta;
     recorder.compute(kToHeadsStep, [&] {
-      if (!output_travels()) kernels->softmax_delta(out, dout, local_delta);
-      // The block kernels add into the gradients of the head shards (a kv head read by several
-      // waves gathers all of them), and the arriving gradients are summed in fp32.
-      if (!across.inner) {
-        kernels->fill(full_dq, 0.0f);
-        kernels->fill(full_dk, 0.0f);
-        kernels->fill(full_dv, 0.0f);
+      pack_inputs(backward_inputs, q, k, v);
+      pack_head_shards(dout, kBshd, query_heads_of, backward_inputs, kDoutPart);
+      pack_head_shards(lse, kBhs, query_heads_of, backward_inputs, kLseInPart);
+      if (output_travels()) {
+        pack_head_shards(out, kBshd, query_heads_of, backward_inputs, kOutputPart);
+      } else {
+        kernels->softmax_delta(out, dout, local_delta);
+        pack_head_shards(local_delta, kBhs, query_heads_of, backward_inputs, kOutputPart);
       }
+    });
+    exchange(recorder, kToHeadsStep, backward_inputs);
+    recorder.compute(kToHeadsStep, [&] {
+      unpack_inputs(backward_inputs);
+      unpack_sequence_shards(backward_inputs, kDoutPart, kBshd, full_dout);
+      unpack_sequence_shards(backward_inputs, kLseInPart, kBhs, full_lse);
+      if (output_travels()) unpack_sequence_shards(backward_inputs, kOutputPart, kBshd, full_out);
+      else unpack_sequence_shards(backward_inputs, kOutputPart, kBhs, full_delta);
+    });
+
+    Profile* inner_profile = profile ? &inner_timing : nullptr;
+    recorder.compute(kAttentionStep, [&] {
+      if (across.inner)
+        across.inner->backward(full_q, full_k, full_v, full_out, full_lse, full_dout, full_dq, full_dk, full_dv,
+                               inner_profile);
+      else attend_locally_backward();
+    });
+    if (inner_profile) recorder.fold_nested(kAttentionStep, *inner_profile);
+
+    recorder.compute(kToSequenceStep, [&] {
+      pack_sequence_shards(full_dq, kBshd, gradients, kDqPart);
+      pack_sequence_shards(full_dk, kBshd, gradients, kDkPart);
+      pack_sequence_shards(full_dv, kBshd, gradients, kDvPart);
+    });
+    exchange(recorder, kToSequenceStep, gradients);
+    recorder.compute(kToSequenceStep, [&] {
+      unpack_head_shards(gradients, kDqPart, kBshd, query_heads_of, dq, Arrival::overwrite);
       kernels->fill(dk_sum, 0.0f);
       kernels->fill(dv_sum, 0.0f);
-    });
-    Profile* inner_profile = profile && across.inner ? &inner_timing : nullptr;
-    run_waves(
-        recorder, inner_profile, &Wave::backward_inputs, &Wave::gradients,
-        [&](const Wave& wave) { pack_backward_inputs(wave, q, k, v, output, lse, dout); },
-        [&](const Wave& wave) { unpack_backward_inputs(wave); },
-        [&](const Wave& wave) {
-          if (across.inner)
-            across.inner->backward(full_q, full_k, full_v, full_out, full_lse, full_dout, full_dq, full_dk, full_dv,
-                                   inner_profile);
-          else
-            attend_locally_backward(wave);
-        },
-        [&](const Wave& wave) {
-          pack_sequence_shards(own_queries(full_dq, kBshd, wave), kBshd, wave.gradients, kDqPart);
-          pack_sequence_shards(own_kv(full_dk, wave.kv_leaving_of), kBshd, wave.gradients, kDkPart);
-          pack_sequence_shards(own_kv(full_dv, wave.kv_leaving_of), kBshd, wave.gradients, kDvPart);
-        },
-        [&](const Wave& wave) {
-          unpack_head_shards(wave.gradients, kDqPart, kBshd, wave.query_of, dq, Arrival::overwrite);
-          unpack_head_shards(wave.gradients, kDkPart, kBshd, wave.kv_leaving_of, dk_sum, Arrival::sum);
-          unpack_head_shards(wave.gradients, kDvPart, kBshd, wave.kv_leaving_of, dv_sum, Arrival::sum);
-        });
-    recorder.compute(kToSequenceStep, [&] {
+      unpack_head_shards(gradients, kDkPart, kBshd, kv_heads_of, dk_sum, Arrival::sum);
+      unpack_head_shards(gradients, kDvPart, kBshd, kv_heads_of, dv_sum, Arrival::sum);
       kernels->copy(dk_sum, dk);
       kernels->copy(dv_sum, dv);
     });
@@ -241,12 +216,11 @@ class UlyssesStrategy final : public StrategyBase {
   }
 
  private:
-  // Parts of a wave's all-to-all blocks, in the order describe_exchanges adds them. Inputs to head
-  // shards: the block for peer p holds this rank's tokens of p's query heads in the wave and of the
-  // kv heads arriving with it (forward: q, k, v; backward also dout, lse and the forward output).
-  // Results back to sequence shards: the block for peer p holds p's tokens of this rank's query
-  // heads in the wave (forward: out, lse; backward: dq) and of the kv heads leaving with it (dk,
-  // dv).
+  // Parts of the all-to-all blocks, in the order describe_exchanges adds them. Inputs to head
+  // shards: the block for peer p holds this rank's tokens of p's query heads and of the kv heads
+  // they read (forward: q, k, v; backward also dout, lse and the forward output). Results back to
+  // sequence shards: the block for peer p holds p's tokens of this rank's heads (forward: out,
+  // lse; backward: dq, dk, dv).
   //
   // The forward output that backward moves is delta = rowsum(dout * out) for block kernels that
   // read only delta, computed where out is so that out itself never travels, and out for an inner
@@ -255,77 +229,27 @@ class UlyssesStrategy final : public StrategyBase {
   enum ForwardResultPart { kOutPart, kLsePart };
   enum GradientPart { kDqPart, kDkPart, kDvPart };
 
-  // One wave: the same slice of every rank's query heads, with its all-to-alls.
-  struct Wave {
-    std::vector<HeadRange> query_of;        // per rank, its global query heads in this wave
-    std::vector<HeadRange> kv_arriving_of;  // per rank, the kv heads its wave reads first of its waves
-    std::vector<HeadRange> kv_leaving_of;   // per rank, the kv heads its wave reads last of its waves
-    std::vector<HeadGroup> groups;          // this rank's query heads of the wave as kernel calls
-    AllToAllExchange forward_inputs;        // q, k, v
-    AllToAllExchange forward_results;       // out, lse
-    AllToAllExchange backward_inputs;       // q, k, v, dout, lse, and delta or out (see output_travels)
-    AllToAllExchange gradients;             // dq, dk, dv in result_dtype
-  };
-
-  void plan_waves() {
-    const int64_t wave_total = heads_per_rank / heads_per_wave;
-    waves.resize(static_cast<std::size_t>(wave_total));
-    for (int64_t index = 0; index < wave_total; ++index) {
-      Wave& wave = waves[static_cast<std::size_t>(index)];
-      for (int peer = 0; peer < ranks; ++peer) {
-        const HeadRange query{peer * heads_per_rank + index * heads_per_wave, heads_per_wave};
-        const HeadRange read = kv_heads_read(query, group_size);
-        const HeadRange read_before =
-            index > 0 ? kv_heads_read({query.first - heads_per_wave, heads_per_wave}, group_size) : HeadRange{};
-        const HeadRange read_after = index + 1 < wave_total
-                                         ? kv_heads_read({query.first + heads_per_wave, heads_per_wave}, group_size)
-                                         : HeadRange{};
-        wave.query_of.push_back(query);
-        wave.kv_arriving_of.push_back(minus_overlap(read, read_before, /*before=*/true));
-        wave.kv_leaving_of.push_back(minus_overlap(read, read_after, /*before=*/false));
-      }
-      // head_groups numbers heads from the wave's first query head and the kv head it reads; the
-      // head shards from the rank's.
-      const HeadRange& own_query = wave.query_of[static_cast<std::size_t>(rank)];
-      wave.groups = head_groups(own_query, group_size);
-      for (HeadGroup& group : wave.groups) {
-        group.query.first += own_query.first - query_heads_of[static_cast<std::size_t>(rank)].first;
-        group.kv.first += own_query.first / group_size - kv_heads_of[static_cast<std::size_t>(rank)].first;
-      }
-      describe_exchanges(wave);
-    }
-  }
-
-  // Every block carries room for the most kv heads any rank's wave moves, because an all-to-all
-  // needs blocks of one size; a rank that moves fewer leaves the rest unused. A kv head read by
-  // query heads of several ranks goes into the block of each of them.
-  void describe_exchanges(Wave& wave) {
+  // Every block carries room for kv_heads_per_block kv heads, the most any rank reads, because
+  // an all-to-all needs blocks of one size; a rank that reads fewer leaves the rest unused. A kv
+  // head read by query heads of several ranks goes into the block of each of them.
+  void describe_exchanges() {
     const int64_t B = shape.batch, D = shape.head_dim;
-    const int64_t arriving = most_heads(wave.kv_arriving_of), leaving = most_heads(wave.kv_leaving_of);
-    for (AllToAllExchange* inputs : {&wave.forward_inputs, &wave.backward_inputs}) {
-      inputs->add_part(shape.dtype, {B, local_seq, heads_per_wave, D});  // q
-      inputs->add_part(shape.dtype, {B, local_seq, arriving, D});        // k
-      inputs->add_part(shape.dtype, {B, local_seq, arriving, D});        // v
+    for (AllToAllExchange* inputs : {&forward_inputs, &backward_inputs}) {
+      inputs->add_part(shape.dtype, {B, local_seq, heads_per_rank, D});      // q
+      inputs->add_part(shape.dtype, {B, local_seq, kv_heads_per_block, D});  // k
+      inputs->add_part(shape.dtype, {B, local_seq, kv_heads_per_block, D});  // v
     }
-    wave.backward_inputs.add_part(shape.dtype, {B, local_seq, heads_per_wave, D});  // dout
-    wave.backward_inputs.add_part(DType::f32, {B, heads_per_wave, local_seq});      // lse
-    if (output_travels())
-      wave.backward_inputs.add_part(shape.dtype, {B, local_seq, heads_per_wave, D});  // out
-    else
-      wave.backward_inputs.add_part(DType::f32, {B, heads_per_wave, local_seq});    // delta
-    wave.forward_results.add_part(shape.dtype, {B, local_seq, heads_per_wave, D});  // out
-    wave.forward_results.add_part(DType::f32, {B, heads_per_wave, local_seq});      // lse
+    backward_inputs.add_part(shape.dtype, {B, local_seq, heads_per_rank, D});  // dout
+    backward_inputs.add_part(DType::f32, {B, heads_per_rank, local_seq});      // lse
+    if (output_travels()) backward_inputs.add_part(shape.dtype, {B, local_seq, heads_per_rank, D});  // out
+    else backward_inputs.add_part(DType::f32, {B, heads_per_rank, local_seq});                   // delta
+    forward_results.add_part(shape.dtype, {B, local_seq, heads_per_rank, D});  // out
+    forward_results.add_part(DType::f32, {B, heads_per_rank, local_seq});      // lse
     // The block kernels' gradients travel in fp32 so that a kv head's contributions from several
     // ranks are summed before the one rounding to the input dtype.
-    wave.gradients.add_part(result_dtype, {B, local_seq, heads_per_wave, D});  // dq
-    wave.gradients.add_part(result_dtype, {B, local_seq, leaving, D});         // dk
-    wave.gradients.add_part(result_dtype, {B, local_seq, leaving, D});         // dv
-  }
-
-  static int64_t most_heads(const std::vector<HeadRange>& heads_of) {
-    int64_t most = 0;
-    for (const HeadRange& heads : heads_of) most = std::max(most, heads.count);
-    return most;
+    gradients.add_part(result_dtype, {B, local_seq, heads_per_rank, D});      // dq
+    gradients.add_part(result_dtype, {B, local_seq, kv_heads_per_block, D});  // dk
+    gradients.add_part(result_dtype, {B, local_seq, kv_heads_per_block, D});  // dv
   }
 
   // Whether backward moves the forward output itself: an inner strategy's backward takes out, and
@@ -356,10 +280,8 @@ class UlyssesStrategy final : public StrategyBase {
   void ensure_forward_workspace() {
     ensure_head_shards();
     ensure_full_out();
-    for (Wave& wave : waves) {
-      wave.forward_inputs.allocate(*kernels, ranks);
-      wave.forward_results.allocate(*kernels, ranks);
-    }
+    forward_inputs.allocate(*kernels, ranks);
+    forward_results.allocate(*kernels, ranks);
   }
   void ensure_backward_workspace() {
     ensure_head_shards();
@@ -374,10 +296,8 @@ class UlyssesStrategy final : public StrategyBase {
     full_dv = allocate(backward_buffers, result_dtype, {B, group_seq, own_kv_heads, D});
     dk_sum = allocate(backward_buffers, DType::f32, {B, local_seq, shape.kv_heads, D});
     dv_sum = allocate(backward_buffers, DType::f32, {B, local_seq, shape.kv_heads, D});
-    for (Wave& wave : waves) {
-      wave.backward_inputs.allocate(*kernels, ranks);
-      wave.gradients.allocate(*kernels, ranks);
-    }
+    backward_inputs.allocate(*kernels, ranks);
+    gradients.allocate(*kernels, ranks);
   }
 
   // Every rank's chunks with their offsets in the gathered sequence.
@@ -391,29 +311,13 @@ class UlyssesStrategy final : public StrategyBase {
     return parts;
   }
 
-  // This rank's query heads of `wave` in a head-shard tensor with `axes`.
-  TensorView own_queries(const TensorView& full, Axes axes, const Wave& wave) const {
-    const int64_t first = wave.query_of[static_cast<std::size_t>(rank)].first;
-    return full.slice(axes.head, first - query_heads_of[static_cast<std::size_t>(rank)].first, heads_per_wave);
-  }
-
-  // This rank's kv heads `heads_of[rank]` in a (B, group_seq, own_kv_heads, D) head-shard tensor.
-  TensorView own_kv(const TensorView& full, const std::vector<HeadRange>& heads_of) const {
-    const HeadRange& heads = heads_of[static_cast<std::size_t>(rank)];
-    return full.slice(kBshd.head, heads.first - kv_heads_of[static_cast<std::size_t>(rank)].first, heads.count);
-  }
-
-  // Rows that see no key have out 0 and lse -inf, which no kernel call writes.
-  void fill_rows_without_keys() {
+  // Attention of this rank's query heads over the whole sequence with the block kernels.
+  void attend_locally_forward() {
     for (const SequenceChunk& rows : pairing.rows_without_keys) {
       kernels->fill(full_out.slice(kBshd.seq, rows.local_offset, rows.length), 0.0f);
       kernels->fill(full_lse.slice(kBhs.seq, rows.local_offset, rows.length), -std::numeric_limits<float>::infinity());
     }
-  }
-
-  // Attention of this rank's query heads of `wave` over the whole sequence with the block kernels.
-  void attend_locally_forward(const Wave& wave) {
-    for (const HeadGroup& group : wave.groups)
+    for (const HeadGroup& group : groups)
       for (const ChunkBlock& block : pairing.blocks) {
         const auto queries = [&](const TensorView& tensor, Axes axes) {
           return query_rows(tensor, axes, group, block);
@@ -444,9 +348,11 @@ class UlyssesStrategy final : public StrategyBase {
     return tensor.slice(kBshd.head, group.kv.first, group.kv.count).slice(kBshd.seq, keys.local_offset, keys.length);
   }
 
-  // Adds the gradients of this rank's query heads of `wave` to full_dq, full_dk and full_dv.
-  void attend_locally_backward(const Wave& wave) {
-    for (const HeadGroup& group : wave.groups)
+  void attend_locally_backward() {
+    kernels->fill(full_dq, 0.0f);
+    kernels->fill(full_dk, 0.0f);
+    kernels->fill(full_dv, 0.0f);
+    for (const HeadGroup& group : groups)
       for (const ChunkBlock& block : pairing.blocks) {
         const auto queries = [&](const TensorView& tensor, Axes axes) {
           return query_rows(tensor, axes, group, block);
@@ -470,43 +376,11 @@ class UlyssesStrategy final : public StrategyBase {
       }
   }
 
-  // The waves' pipeline, the same for forward and backward: each wave's inputs (its exchange
-  // `inputs`) travel while the wave before it is attended and its results (`results`) while the
-  // wave after it is, so that only the first inputs and the last results keep attention waiting.
-  // The steps are functions of the wave: pack and unpack its inputs, attend, pack and unpack its
-  // results. `inner_profile`, where attend fills one (an inner strategy's), is folded into the
-  // attention step after each wave.
-  template <typename PackInputs, typename UnpackInputs, typename Attend, typename PackResults, typename UnpackResults>
-  void run_waves(ProfileRecorder& recorder, const Profile* inner_profile, AllToAllExchange Wave::*inputs,
-                 AllToAllExchange Wave::*results, PackInputs&& pack_inputs_of, UnpackInputs&& unpack_inputs_of,
-                 Attend&& attend, PackResults&& pack_results_of, UnpackResults&& unpack_results_of) {
-    recorder.compute(kToHeadsStep, [&] { pack_inputs_of(waves.front()); });
-    std::unique_ptr<PendingTransfer> arriving = start_exchange(recorder, kToHeadsStep, waves.front().*inputs);
-    std::vector<std::unique_ptr<PendingTransfer>> leaving;
-    for (std::size_t index = 0; index < waves.size(); ++index) {
-      const Wave& wave = waves[index];
-      const Wave* next = index + 1 < waves.size() ? &waves[index + 1] : nullptr;
-      recorder.wait(kToHeadsStep, comm, *arriving);
-      recorder.compute(kToHeadsStep, [&] {
-        unpack_inputs_of(wave);
-        if (next) pack_inputs_of(*next);
-      });
-      if (next) arriving = start_exchange(recorder, kToHeadsStep, next->*inputs);
-      recorder.compute(kAttentionStep, [&] { attend(wave); });
-      if (inner_profile) recorder.fold_nested(kAttentionStep, *inner_profile);
-      recorder.compute(kToSequenceStep, [&] { pack_results_of(wave); });
-      leaving.push_back(start_exchange(recorder, kToSequenceStep, wave.*results));
-    }
-    for (std::size_t index = 0; index < waves.size(); ++index) {
-      recorder.wait(kToSequenceStep, comm, *leaving[index]);
-      recorder.compute(kToSequenceStep, [&] { unpack_results_of(waves[index]); });
-    }
-  }
-
-  std::unique_ptr<PendingTransfer> start_exchange(ProfileRecorder& recorder, int step, const AllToAllExchange& blocks) {
+  void exchange(ProfileRecorder& recorder, int step, const AllToAllExchange& blocks) {
     const int peers = comm.size() - 1;
     recorder.sent(step, static_cast<double>(blocks.bytes_per_peer()) * peers, peers);
-    return blocks.start(comm);
+    std::unique_ptr<PendingTransfer> transfer = blocks.start(comm);
+    recorder.wait(step, comm, *transfer);
   }
 
   // Sequence shard -> blocks: the block for peer p gets heads `heads_of[p]` of this rank's tokens.
@@ -514,25 +388,20 @@ class UlyssesStrategy final : public StrategyBase {
                         const AllToAllExchange& blocks, int part) {
     for (int peer = 0; peer < ranks; ++peer) {
       const HeadRange& heads = heads_of[static_cast<std::size_t>(peer)];
-      if (heads.count == 0) continue;
       kernels->copy(shard.slice(axes.head, heads.first, heads.count),
                     blocks.to_send(peer, part).slice(axes.head, 0, heads.count));
     }
   }
 
-  // Blocks -> head shard: block j holds rank j's tokens, which go to their place in the sequence
-  // of `full`, the heads of the head shard that the part carries.
-  void unpack_sequence_shards(const AllToAllExchange& blocks, int part, Axes axes, const TensorView& full) {
-    if (full.size(axes.head) == 0) return;
+  // Blocks -> head shard: block j holds rank j's tokens, which go to their place in the sequence.
+  void unpack_sequence_shards(const AllToAllExchange& blocks, int part, Axes axes, TensorView full) {
     for (int source = 0; source < ranks; ++source)
       kernels->copy(blocks.received(source, part).slice(axes.head, 0, full.size(axes.head)),
                     full.slice(axes.seq, source * local_seq, local_seq));
   }
 
-  // Head shard -> blocks: the block for peer p gets p's tokens of `full`, the heads of this rank's
-  // head shard that the part carries.
+  // Head shard -> blocks: the block for peer p gets p's tokens of this rank's heads.
   void pack_sequence_shards(const TensorView& full, Axes axes, const AllToAllExchange& blocks, int part) {
-    if (full.size(axes.head) == 0) return;
     for (int peer = 0; peer < ranks; ++peer)
       kernels->copy(full.slice(axes.seq, peer * local_seq, local_seq),
                     blocks.to_send(peer, part).slice(axes.head, 0, full.size(axes.head)));
@@ -543,7 +412,6 @@ class UlyssesStrategy final : public StrategyBase {
                           TensorView shard, Arrival arrival) {
     for (int source = 0; source < ranks; ++source) {
       const HeadRange& heads = heads_of[static_cast<std::size_t>(source)];
-      if (heads.count == 0) continue;
       const TensorView arrived = blocks.received(source, part).slice(axes.head, 0, heads.count);
       const TensorView place = shard.slice(axes.head, heads.first, heads.count);
       if (arrival == Arrival::sum) kernels->add(arrived, place);
@@ -551,36 +419,16 @@ class UlyssesStrategy final : public StrategyBase {
     }
   }
 
-  // q, k and v of `wave` into `inputs`, and out of them into the head shards.
-  void pack_inputs(const Wave& wave, const AllToAllExchange& inputs, const TensorView& q, const TensorView& k,
-                   const TensorView& v) {
-    pack_head_shards(q, kBshd, wave.query_of, inputs, kQPart);
-    pack_head_shards(k, kBshd, wave.kv_arriving_of, inputs, kKPart);
-    pack_head_shards(v, kBshd, wave.kv_arriving_of, inputs, kVPart);
+  // Both communicators of this call; the inner strategy binds its own.
+  void pack_inputs(const AllToAllExchange& inputs, const TensorView& q, const TensorView& k, const TensorView& v) {
+    pack_head_shards(q, kBshd, query_heads_of, inputs, kQPart);
+    pack_head_shards(k, kBshd, kv_heads_of, inputs, kKPart);
+    pack_head_shards(v, kBshd, kv_heads_of, inputs, kVPart);
   }
-  void unpack_inputs(const Wave& wave, const AllToAllExchange& inputs) {
-    unpack_sequence_shards(inputs, kQPart, kBshd, own_queries(full_q, kBshd, wave));
-    unpack_sequence_shards(inputs, kKPart, kBshd, own_kv(full_k, wave.kv_arriving_of));
-    unpack_sequence_shards(inputs, kVPart, kBshd, own_kv(full_v, wave.kv_arriving_of));
-  }
-
-  // Backward's inputs of `wave`: q, k, v, dout, lse and `output` (out, or delta when the output
-  // does not travel).
-  void pack_backward_inputs(const Wave& wave, const TensorView& q, const TensorView& k, const TensorView& v,
-                            const TensorView& output, const TensorView& lse, const TensorView& dout) {
-    pack_inputs(wave, wave.backward_inputs, q, k, v);
-    pack_head_shards(dout, kBshd, wave.query_of, wave.backward_inputs, kDoutPart);
-    pack_head_shards(lse, kBhs, wave.query_of, wave.backward_inputs, kLseInPart);
-    pack_head_shards(output, output_travels() ? kBshd : kBhs, wave.query_of, wave.backward_inputs, kOutputPart);
-  }
-  void unpack_backward_inputs(const Wave& wave) {
-    unpack_inputs(wave, wave.backward_inputs);
-    unpack_sequence_shards(wave.backward_inputs, kDoutPart, kBshd, own_queries(full_dout, kBshd, wave));
-    unpack_sequence_shards(wave.backward_inputs, kLseInPart, kBhs, own_queries(full_lse, kBhs, wave));
-    if (output_travels())
-      unpack_sequence_shards(wave.backward_inputs, kOutputPart, kBshd, own_queries(full_out, kBshd, wave));
-    else
-      unpack_sequence_shards(wave.backward_inputs, kOutputPart, kBhs, own_queries(full_delta, kBhs, wave));
+  void unpack_inputs(const AllToAllExchange& inputs) {
+    unpack_sequence_shards(inputs, kQPart, kBshd, full_q);
+    unpack_sequence_shards(inputs, kKPart, kBshd, full_k);
+    unpack_sequence_shards(inputs, kVPart, kBshd, full_v);
   }
 
   AcrossGroups across;
@@ -591,13 +439,18 @@ class UlyssesStrategy final : public StrategyBase {
   const int64_t group_seq;       // the sequence a head shard holds: S / N2 (plain Ulysses: S)
   const int64_t heads_per_rank;  // H / ranks query heads per head shard
   const int64_t group_size;      // H / HK query heads per kv head
-  const int64_t heads_per_wave;  // query heads of a head shard that move and are attended together
   const DType result_dtype;      // of full_out, full_dq, full_dk, full_dv and the gradient blocks
   std::vector<HeadRange> query_heads_of;  // per rank, global query heads of its head shard
   std::vector<HeadRange> kv_heads_of;     // per rank, global kv heads its query heads read
+  int64_t kv_heads_per_block = 0;         // the most kv heads any rank reads
   int64_t own_kv_heads = 0;               // kv heads this rank reads
-  std::vector<Wave> waves;                // in the order they move
+  std::vector<HeadGroup> groups;          // this rank's query heads as kernel calls
   ChunkPairing pairing;  // the local attention's blocks over the gathered sequence, and rows seeing no key
+
+  AllToAllExchange forward_inputs;   // q, k, v
+  AllToAllExchange forward_results;  // out, lse
+  AllToAllExchange backward_inputs;  // q, k, v, dout, lse, and delta or out (see output_travels)
+  AllToAllExchange gradients;        // dq, dk, dv in result_dtype
 
   std::vector<DeviceBuffer> head_shard_buffers;
   TensorView full_q;    // (B, group_seq, H/ranks, D)

@@ -93,23 +93,6 @@ TEST(UlyssesPlan, RepeatedCallsAreIdentical) {
   expect_identical_outputs(once.outputs, thrice.outputs);
 }
 
-// Four query heads per rank move in four waves, each its own all-to-all to head shards and back;
-// with one kv head per two query heads, each kv head travels with the first wave that reads it and
-// its gradients with the last (the accuracy cases check the result: heads per rank 2 and 3 move in 2
-// and 3 waves, kv heads shared by consecutive waves and by ranks among them).
-TEST(UlyssesPlan, HeadsMoveInWaves) {
-  const int ranks = world().size();
-  if (ranks < 2) GTEST_SKIP() << "nothing moves at one rank";
-  const AttentionShape shape{1, ranks * 16, 4 * ranks, 2 * ranks, 32, DType::f32};
-  const AttentionProblem problem = random_problem(shape, {}, 7, true);
-  const StrategyRun run = run_strategy(world(), Algorithm::ulysses, problem, 0, 1, true);
-  expect_accurate(Algorithm::ulysses, problem);
-  for (const Profile* profile : {&run.forward, &run.backward}) {
-    EXPECT_EQ(profile->steps[0].messages_sent, 4 * (ranks - 1));  // to head shards
-    EXPECT_EQ(profile->steps[2].messages_sent, 4 * (ranks - 1));  // back to sequence shards
-  }
-}
-
 // Profiles add up: compute and waiting never exceed the total; one entry per phase.
 TEST(UlyssesPlan, ProfileIsConsistent) {
   const int ranks = world().size();
