@@ -1,6 +1,7 @@
 #pragma once
 // A TCP port free on this machine just now, for tests that start a rendezvous (MASTER_PORT): the
-// kernel hands out an unused one for a socket bound to port 0, which is closed again at once.
+// kernel hands out an unused one for a socket bound to port 0, which is closed again at once. And
+// the IPv4 socket addresses such tests bind and connect to.
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -9,11 +10,18 @@
 
 namespace spattn::test {
 
-inline int free_tcp_port() {
-  const int probe = socket(AF_INET, SOCK_STREAM, 0);
+/// `host` (INADDR_LOOPBACK, INADDR_ANY, in host byte order) at `port`.
+inline sockaddr_in ipv4_address(in_addr_t host, int port) {
   sockaddr_in address{};
   address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_addr.s_addr = htonl(host);
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  return address;
+}
+
+inline int free_tcp_port() {
+  const int probe = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address = ipv4_address(INADDR_LOOPBACK, 0);
   bind(probe, reinterpret_cast<const sockaddr*>(&address), sizeof address);
   socklen_t length = sizeof address;
   getsockname(probe, reinterpret_cast<sockaddr*>(&address), &length);

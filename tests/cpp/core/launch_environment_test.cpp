@@ -188,10 +188,7 @@ std::vector<LaunchEnvironment> job_beside_agent_store(int world_size, int master
 class PortInUse {
  public:
   PortInUse(int port, bool listening) : descriptor_(socket(AF_INET, SOCK_STREAM, 0)) {
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_ANY);
-    address.sin_port = htons(static_cast<std::uint16_t>(port));
+    const sockaddr_in address = test::ipv4_address(INADDR_ANY, port);
     held_ = bind(descriptor_, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0 &&
             (!listening || listen(descriptor_, 4) == 0);
   }
@@ -210,10 +207,7 @@ void await_listener(int port) {
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (std::chrono::steady_clock::now() < give_up) {
     const int probe = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    address.sin_port = htons(static_cast<std::uint16_t>(port));
+    const sockaddr_in address = test::ipv4_address(INADDR_LOOPBACK, port);
     const bool listening = connect(probe, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0;
     close(probe);
     if (listening) return;
@@ -221,9 +215,16 @@ void await_listener(int port) {
   }
 }
 
-// Ports other processes may take between probing and use: each test that needs some ports above a
-// free one to be free as well tries a few times.
-constexpr int kPortAttempts = 10;
+// Runs `attempt(master_port)` with a free master port until it returns true: it returns false when
+// a port above the master port that it needed free or held was taken by another process between
+// probing and use, which a few attempts outlast. `needs` says what no attempt found.
+template <class Attempt>
+void with_free_master_port(const char* needs, const Attempt& attempt) {
+  constexpr int kPortAttempts = 10;
+  for (int tried = 0; tried < kPortAttempts; ++tried)
+    if (attempt(test::free_tcp_port())) return;
+  FAIL() << "no attempt found " << needs;
+}
 
 TEST(Rendezvous, EveryRankGetsRankZerosData) {
   const std::vector<LaunchEnvironment> processes = job({{2, 3}, {0, 3}, {1, 3}});
@@ -256,28 +257,25 @@ TEST(Rendezvous, RanksThatNeverComeAreNamedWithinTheTimeout) {
 // torchrun picks a free MASTER_PORT for its agent store, but the ports above it may be in use: the
 // CI once saw MASTER_PORT+1 taken by one of the machine's connections.
 TEST(Rendezvous, BesideTheAgentStoreRanksFindRankZeroPastPortsInUse) {
-  for (int attempt = 0; attempt < kPortAttempts; ++attempt) {
-    const int master_port = test::free_tcp_port();
+  with_free_master_port("two free ports above two held ones", [](int master_port) {
     const PortInUse silent_service(master_port + 1, /*listening=*/true);
     const PortInUse connections_port(master_port + 2, /*listening=*/false);
-    if (!silent_service.held() || !connections_port.held()) continue;
+    if (!silent_service.held() || !connections_port.held()) return false;
     const std::vector<LaunchEnvironment> processes = job_beside_agent_store(3, master_port, 4);
     const std::vector<std::string> outcomes = rendezvous(processes, 10);
-    if (outcomes[0].find("cannot listen") != std::string::npos) continue;  // master_port+3 and +4 were taken
+    if (outcomes[0].find("cannot listen") != std::string::npos) return false;  // master_port+3 and +4 were taken
     for (const std::string& outcome : outcomes) EXPECT_EQ(outcome, store_address(processes[0]));
-    return;
-  }
-  FAIL() << "no attempt found two free ports above two held ones";
+    return true;
+  });
 }
 
 TEST(Rendezvous, RanksPassOverAnotherJobsRankZeroBesideTheirs) {
-  for (int attempt = 0; attempt < kPortAttempts; ++attempt) {
-    // This job's rank 0 may listen at master_port+1..+4; the other job's rank 0 listens at
-    // master_port+2, and master_port+1 is in use: the ranks find this job's rank 0 at master_port+3
-    // after hearing the other's hello at master_port+2.
-    const int master_port = test::free_tcp_port();
+  // This job's rank 0 may listen at master_port+1..+4; the other job's rank 0 listens at
+  // master_port+2, and master_port+1 is in use: the ranks find this job's rank 0 at master_port+3
+  // after hearing the other's hello at master_port+2.
+  with_free_master_port("the free ports the two jobs need", [](int master_port) {
     const PortInUse connections_port(master_port + 1, /*listening=*/false);
-    if (!connections_port.held()) continue;
+    if (!connections_port.held()) return false;
     const std::vector<LaunchEnvironment> other_job = job_beside_agent_store(2, master_port + 1, 1);
     std::future<std::string> other_rank_zero = start(other_job[0], 10);
     await_listener(master_port + 2);
@@ -287,29 +285,26 @@ TEST(Rendezvous, RanksPassOverAnotherJobsRankZeroBesideTheirs) {
     const std::string other_outcome = other_rank_zero.get();
     if (other_outcome.find("cannot listen") != std::string::npos ||
         outcomes[0].find("cannot listen") != std::string::npos)
-      continue;  // a port this test needs free was taken
+      return false;  // a port this test needs free was taken
     for (const std::string& outcome : outcomes) EXPECT_EQ(outcome, store_address(processes[0]));
     EXPECT_EQ(other_outcome, store_address(other_job[0]));
     EXPECT_EQ(other_rank_one, store_address(other_job[0]));
-    return;
-  }
-  FAIL() << "no attempt found the free ports the two jobs need";
+    return true;
+  });
 }
 
 TEST(Rendezvous, RankZeroWithEveryPortInUseNamesThemAndWhatIsAllowed) {
-  for (int attempt = 0; attempt < kPortAttempts; ++attempt) {
-    const int master_port = test::free_tcp_port();
+  with_free_master_port("two ports above a free one to hold", [](int master_port) {
     const PortInUse first(master_port + 1, /*listening=*/true);
     const PortInUse second(master_port + 2, /*listening=*/false);
-    if (!first.held() || !second.held()) continue;
+    if (!first.held() || !second.held()) return false;
     EXPECT_THAT(rendezvous({job_beside_agent_store(2, master_port, 2)[0]}, 10)[0],
                 HasSubstr("rank 0 cannot listen at MASTER_ADDR:MASTER_PORT+1..+2 (localhost:" +
                           std::to_string(master_port + 1) + ".." + std::to_string(master_port + 2) +
                           ") (Address already in use); allowed: a MASTER_PORT with a free TCP port among the 2 "
                           "above it on rank 0's machine"));
-    return;
-  }
-  FAIL() << "no attempt could hold the two ports above a free one";
+    return true;
+  });
 }
 
 }  // namespace
