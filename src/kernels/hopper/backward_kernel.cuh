@@ -35,6 +35,7 @@
 #include "kernels/hopper/hopper_support.hpp"
 #include "kernels/hopper/key_tile_plan.hpp"
 #include "kernels/hopper/online_softmax.cuh"
+#include "kernels/hopper/register_split.hpp"
 #include "kernels/hopper/shared_storage.cuh"
 #include "kernels/hopper/warpgroup_mma.cuh"
 
@@ -56,7 +57,8 @@ struct BackwardTraits {
   // (128 a thread) through the whole loop.
   static constexpr int kProducerRegisters = 24;
   static constexpr int kConsumerRegisters = 240;
-  static_assert(128 * kProducerRegisters + kConsumerThreads * kConsumerRegisters <= 65536, "registers of one CTA");
+  static_assert(register_split_fits(kProducerRegisters, kConsumerThreads, kConsumerRegisters),
+                "the warpgroups' registers exceed what their CTA launches with (register_split.hpp)");
   static constexpr int kStages = 2;  // query tiles (Q, dO, lse, delta) in shared memory
   static constexpr int kScoreGradBuffers = 2;  // dS of this step and of the previous one
   // dQ = dS K runs on 64 columns of head_dim per warpgroup: both at D = 128, one at D = 64.

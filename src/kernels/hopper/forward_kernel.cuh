@@ -17,16 +17,16 @@
 // - the epilogue writes fp32 out and lse, or merges them into the running result (accumulate)
 //   with merge_weights, straight from registers: no partial result is ever rounded or stored.
 
-#include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 #include <cutlass/arch/reg_reconfig.h>
 #include <cutlass/cutlass.h>
 #include <cutlass/numeric_conversion.h>
 #include <cutlass/numeric_types.h>
-#include <cutlass/pipeline/pipeline.hpp>
 
 #include <algorithm>
 #include <cstdint>
+#include <cute/tensor.hpp>
+#include <cutlass/pipeline/pipeline.hpp>
 
 #include "core/cuda/cuda_check.hpp"
 #include "kernels/cuda/merge_weights.cuh"
@@ -35,6 +35,7 @@
 #include "kernels/hopper/key_tile_plan.hpp"
 #include "kernels/hopper/online_softmax.cuh"
 #include "kernels/hopper/query_tile_schedule.hpp"
+#include "kernels/hopper/register_split.hpp"
 #include "kernels/hopper/warpgroup_mma.cuh"
 
 namespace spattn::cuda::hopper {
@@ -74,7 +75,8 @@ struct ForwardTraits {
   // Registers after setmaxnreg: the producer needs few, the consumers take the rest of the 64K.
   static constexpr int kProducerRegisters = kConsumerWarpgroups == 2 ? 24 : 32;
   static constexpr int kConsumerRegisters = kConsumerWarpgroups == 2 ? 240 : 160;
-  static_assert(128 * kProducerRegisters + kConsumerThreads * kConsumerRegisters <= 65536, "registers of one CTA");
+  static_assert(register_split_fits(kProducerRegisters, kConsumerThreads, kConsumerRegisters),
+                "the warpgroups' registers exceed what their CTA launches with (register_split.hpp)");
   static_assert(kConsumerWarpgroups <= kMaxConsumerWarpgroups, "named barriers of one kind");
 
   using TileQK = Shape<Int<kBlockM>, Int<kBlockN>, Int<kHeadDim>>;  // S = Q K^T: (M, N, K = D)
