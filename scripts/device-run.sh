@@ -50,6 +50,10 @@
 #                taking turns, into VARIANT.csv (kernel-ab-csv.tar.gz) and one table, kernel-ab.md
 #                (bench/compare_kernel_variants.py), a row per pass and case (SPATTN_KERNEL_BENCH_ARGS
 #                --passes forward for the forward alone). The patches are reverted afterwards.
+#   bench-ab     the same for the distributed bench: spattn_gpu_bench of each build at every GPU
+#                (SPATTN_BENCH_ARGS), the builds taking turns SPATTN_AB_ROUNDS times, into one table,
+#                bench-ab.md (bench/compare_bench_variants.py: each row's median TFLOP/s per GPU and
+#                its ratio to the base's), and VARIANT.csv (bench-ab-csv.tar.gz)
 #   torch-bench  PyTorch's context_parallel on every GPU into the same bench.csv (torch.log;
 #                TORCH_BENCH_ARGS adds options, '|' between the option sets of separate runs);
 #                bench.md and bench.png then plot both
@@ -667,34 +671,41 @@ elif ((built)) && command -v ncu >/dev/null; then
 else
   record kernel-profile skipped "no build or no ncu"
 fi
-# ---- kernel-ab ----------------------------------------------------------------------------------------
-# Variants of the own kernel on one machine. A later build notices the reverted sources (their
-# modification times are newer than the objects) and rebuilds them.
-if ! wants kernel-ab; then
-  :
-elif ((built)); then
-  ab_dir="$build_dir/kernel-ab"
-  rm -rf "$ab_dir"
-  # The bench and its library, kept per variant: LD_LIBRARY_PATH picks the library (RUNPATH).
-  keep_build() { mkdir -p "$ab_dir/$1" && cp "$build_dir/bench/spattn_kernel_bench" "$build_dir"/libspattn.so* "$ab_dir/$1/"; }
+# ---- kernel-ab, bench-ab: builds of SPATTN_AB_PATCHES taking turns ----------------------------------
+# Sets `variants` to the builds of BINARY (TARGET's, relative to the build) kept under DIRECTORY,
+# each beside its library: the tree as built (base), then the tree with each patch of
+# SPATTN_AB_PATCHES applied, TARGET rebuilt and the patch reverted (a patch that does not apply or
+# build is left out; LOG says why). A later build notices the reverted sources (their modification
+# times are newer than the objects) and rebuilds them.
+build_ab_variants() {
+  local target=$1 binary=$2 directory=$3 log=$4 patch name
+  rm -rf "$directory"
+  # LD_LIBRARY_PATH picks each build's library (it comes before the binaries' RUNPATH).
+  keep_build() { mkdir -p "$directory/$1" && cp "$build_dir/$binary" "$build_dir"/libspattn.so* "$directory/$1/"; }
   keep_build base
   variants=(base)
   for patch in ${SPATTN_AB_PATCHES:-}; do
     name="$(basename "$patch" .patch)"
-    echo "== variant $name: $patch" >>"$logs/kernel-ab.log"
-    if ! patch --dry-run -p1 -d "$root" <"$patch" >>"$logs/kernel-ab.log" 2>&1; then
-      echo "== $patch does not apply: left out" >>"$logs/kernel-ab.log"
+    echo "== variant $name: $patch" >>"$log"
+    if ! patch --dry-run -p1 -d "$root" <"$patch" >>"$log" 2>&1; then
+      echo "== $patch does not apply: left out" >>"$log"
       continue
     fi
-    patch -p1 -d "$root" <"$patch" >>"$logs/kernel-ab.log" 2>&1
-    if timeout "$(seconds_left)" cmake --build "$build_dir" -j "$jobs" --target spattn_kernel_bench \
-      >>"$logs/kernel-ab.log" 2>&1; then
+    patch -p1 -d "$root" <"$patch" >>"$log" 2>&1
+    if timeout "$(seconds_left)" cmake --build "$build_dir" -j "$jobs" --target "$target" >>"$log" 2>&1; then
       keep_build "$name" && variants+=("$name")
     else
-      echo "== variant $name does not build: left out" >>"$logs/kernel-ab.log"
+      echo "== variant $name does not build: left out" >>"$log"
     fi
-    patch -R -p1 -d "$root" <"$patch" >>"$logs/kernel-ab.log" 2>&1
+    patch -R -p1 -d "$root" <"$patch" >>"$log" 2>&1
   done
+}
+
+if ! wants kernel-ab; then
+  :
+elif ((built)); then
+  ab_dir="$build_dir/kernel-ab"
+  build_ab_variants spattn_kernel_bench bench/spattn_kernel_bench "$ab_dir" "$logs/kernel-ab.log"
   status=0
   for round in $(seq "${SPATTN_AB_ROUNDS:-3}"); do
     for variant in "${variants[@]}"; do
@@ -714,6 +725,33 @@ elif ((built)); then
   else record kernel-ab failed "exit $status: see kernel-ab.log"; fi
 else
   record kernel-ab skipped "no build"
+fi
+
+if ! wants bench-ab; then
+  :
+elif ((built)); then
+  ab_dir="$build_dir/bench-ab"
+  build_ab_variants spattn_gpu_bench bench/spattn_gpu_bench "$ab_dir" "$logs/bench-ab.log"
+  status=0
+  for round in $(seq "${SPATTN_AB_ROUNDS:-3}"); do
+    for variant in "${variants[@]}"; do
+      echo "== round $round: $variant" >>"$logs/bench-ab.log"
+      # shellcheck disable=SC2086  # the extra arguments are words
+      timeout "$(seconds_left)" mpirun --oversubscribe -np "$gpus" -x SPATTN_TIMEOUT="${SPATTN_TIMEOUT:-120}" \
+        -x LD_LIBRARY_PATH="$ab_dir/$variant${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$ab_dir/$variant/spattn_gpu_bench" \
+        --device-name "$device_name x$gpus" --csv "$ab_dir/$variant.csv" ${SPATTN_BENCH_ARGS:-} \
+        >>"$logs/bench-ab.log" 2>&1 || status=$?
+    done
+  done
+  csvs=()
+  for variant in "${variants[@]}"; do csvs+=("$ab_dir/$variant.csv"); done
+  python3 "$root/bench/compare_bench_variants.py" "${csvs[@]}" --markdown "$logs/bench-ab.md" \
+    >>"$logs/bench-ab.log" 2>&1 || status=$?
+  tar -czf "$logs/bench-ab-csv.tar.gz" -C "$ab_dir" "${variants[@]/%/.csv}"
+  if [[ $status -eq 0 ]]; then record bench-ab passed "${#variants[@]} builds: ${variants[*]}"
+  else record bench-ab failed "exit $status: see bench-ab.log"; fi
+else
+  record bench-ab skipped "no build"
 fi
 if [[ -s "$logs/bench.csv" ]]; then
   python3 "$root/bench/plot_results.py" "$logs/bench.csv" --out "$logs/bench.png" \
