@@ -30,6 +30,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 import numpy as np
+from report_output import write_report
 
 LOCAL_SHARD = "spattn_local_shard"
 PASSES = {"forward": ("forward",), "forward+backward": ("forward", "backward")}
@@ -208,11 +209,7 @@ def main() -> None:
     cluster = plan_preset(arguments.spattn, arguments.preset)
     if not rows:
         raise SystemExit("no distributed spattn row with a spattn_local_shard row of its shape")
-    text = report(rows, cluster, arguments.preset, arguments.csv)
-    print(text, end="")
-    if arguments.markdown:
-        with open(arguments.markdown, "w") as out:
-            out.write(text)
+    write_report(report(rows, cluster, arguments.preset, arguments.csv), arguments.markdown)
 
 
 if __name__ == "__main__":

@@ -12,11 +12,12 @@ clock drift falls on all of them alike.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import os
 import statistics
 from collections import defaultdict
+
+from report_output import compare_variants_main
 
 PASSES = ("forward", "backward", "forward+backward")
 
@@ -66,15 +67,7 @@ def table(paths: list[str]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("csv", nargs="+", help="one CSV per variant, named for it (the first is the base)")
-    parser.add_argument("--markdown", help="write the table here as well as to stdout")
-    arguments = parser.parse_args()
-    text = table(arguments.csv)
-    print(text, end="")
-    if arguments.markdown:
-        with open(arguments.markdown, "w") as out:
-            out.write(text)
+    compare_variants_main(__doc__.splitlines()[0], table)
 
 
 if __name__ == "__main__":

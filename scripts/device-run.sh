@@ -701,6 +701,17 @@ build_ab_variants() {
   done
 }
 
+# The table of the `variants`' CSVs in DIRECTORY by COMPARE (a bench/ script) into STAGE.md, the
+# CSVs into STAGE-csv.tar.gz, and STAGE's summary line (STATUS: the exit status of its runs).
+report_ab_variants() {
+  local stage=$1 compare=$2 directory=$3 status=$4 variant csvs=()
+  for variant in "${variants[@]}"; do csvs+=("$directory/$variant.csv"); done
+  python3 "$root/bench/$compare" "${csvs[@]}" --markdown "$logs/$stage.md" >>"$logs/$stage.log" 2>&1 || status=$?
+  tar -czf "$logs/$stage-csv.tar.gz" -C "$directory" "${variants[@]/%/.csv}"
+  if [[ $status -eq 0 ]]; then record "$stage" passed "${#variants[@]} builds: ${variants[*]}"
+  else record "$stage" failed "exit $status: see $stage.log"; fi
+}
+
 if ! wants kernel-ab; then
   :
 elif ((built)); then
@@ -716,13 +727,7 @@ elif ((built)); then
         ${SPATTN_KERNEL_BENCH_ARGS:-} >>"$logs/kernel-ab.log" 2>&1 || status=$?
     done
   done
-  csvs=()
-  for variant in "${variants[@]}"; do csvs+=("$ab_dir/$variant.csv"); done
-  python3 "$root/bench/compare_kernel_variants.py" "${csvs[@]}" --markdown "$logs/kernel-ab.md" \
-    >>"$logs/kernel-ab.log" 2>&1 || status=$?
-  tar -czf "$logs/kernel-ab-csv.tar.gz" -C "$ab_dir" "${variants[@]/%/.csv}"
-  if [[ $status -eq 0 ]]; then record kernel-ab passed "${#variants[@]} builds: ${variants[*]}"
-  else record kernel-ab failed "exit $status: see kernel-ab.log"; fi
+  report_ab_variants kernel-ab compare_kernel_variants.py "$ab_dir" "$status"
 else
   record kernel-ab skipped "no build"
 fi
@@ -743,13 +748,7 @@ elif ((built)); then
         >>"$logs/bench-ab.log" 2>&1 || status=$?
     done
   done
-  csvs=()
-  for variant in "${variants[@]}"; do csvs+=("$ab_dir/$variant.csv"); done
-  python3 "$root/bench/compare_bench_variants.py" "${csvs[@]}" --markdown "$logs/bench-ab.md" \
-    >>"$logs/bench-ab.log" 2>&1 || status=$?
-  tar -czf "$logs/bench-ab-csv.tar.gz" -C "$ab_dir" "${variants[@]/%/.csv}"
-  if [[ $status -eq 0 ]]; then record bench-ab passed "${#variants[@]} builds: ${variants[*]}"
-  else record bench-ab failed "exit $status: see bench-ab.log"; fi
+  report_ab_variants bench-ab compare_bench_variants.py "$ab_dir" "$status"
 else
   record bench-ab skipped "no build"
 fi
