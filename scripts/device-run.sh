@@ -672,13 +672,17 @@ else
   record kernel-profile skipped "no build or no ncu"
 fi
 # ---- kernel-ab, bench-ab: builds of SPATTN_AB_PATCHES taking turns ----------------------------------
-# Sets `variants` to the builds of BINARY (TARGET's, relative to the build) kept under DIRECTORY,
+# Stage STAGE: the builds of BINARY (TARGET's, relative to the build) kept under build_dir/STAGE,
 # each beside its library: the tree as built (base), then the tree with each patch of
 # SPATTN_AB_PATCHES applied, TARGET rebuilt and the patch reverted (a patch that does not apply or
-# build is left out; LOG says why). A later build notices the reverted sources (their modification
-# times are newer than the objects) and rebuilds them.
-build_ab_variants() {
-  local target=$1 binary=$2 directory=$3 log=$4 patch name
+# build is left out; STAGE.log says why). A later build notices the reverted sources (their
+# modification times are newer than the objects) and rebuilds them. Every build runs
+# SPATTN_AB_ROUNDS times (default 3), the builds taking turns: `RUN VARIANT DIRECTORY` runs the
+# build in DIRECTORY/VARIANT into DIRECTORY/VARIANT.csv. COMPARE (a bench/ script) tables the CSVs
+# into STAGE.md; they go into STAGE-csv.tar.gz.
+ab_stage() {
+  local stage=$1 target=$2 binary=$3 compare=$4 run=$5
+  local directory="$build_dir/$stage" log="$logs/$stage.log" patch name round variant status=0 variants csvs=()
   rm -rf "$directory"
   # LD_LIBRARY_PATH picks each build's library (it comes before the binaries' RUNPATH).
   keep_build() { mkdir -p "$directory/$1" && cp "$build_dir/$binary" "$build_dir"/libspattn.so* "$directory/$1/"; }
@@ -699,56 +703,45 @@ build_ab_variants() {
     fi
     patch -R -p1 -d "$root" <"$patch" >>"$log" 2>&1
   done
-}
-
-# The table of the `variants`' CSVs in DIRECTORY by COMPARE (a bench/ script) into STAGE.md, the
-# CSVs into STAGE-csv.tar.gz, and STAGE's summary line (STATUS: the exit status of its runs).
-report_ab_variants() {
-  local stage=$1 compare=$2 directory=$3 status=$4 variant csvs=()
+  for round in $(seq "${SPATTN_AB_ROUNDS:-3}"); do
+    for variant in "${variants[@]}"; do
+      echo "== round $round: $variant" >>"$log"
+      "$run" "$variant" "$directory" >>"$log" 2>&1 || status=$?
+    done
+  done
   for variant in "${variants[@]}"; do csvs+=("$directory/$variant.csv"); done
-  python3 "$root/bench/$compare" "${csvs[@]}" --markdown "$logs/$stage.md" >>"$logs/$stage.log" 2>&1 || status=$?
+  python3 "$root/bench/$compare" "${csvs[@]}" --markdown "$logs/$stage.md" >>"$log" 2>&1 || status=$?
   tar -czf "$logs/$stage-csv.tar.gz" -C "$directory" "${variants[@]/%/.csv}"
   if [[ $status -eq 0 ]]; then record "$stage" passed "${#variants[@]} builds: ${variants[*]}"
   else record "$stage" failed "exit $status: see $stage.log"; fi
 }
 
+# The kernel bench of build VARIANT in DIRECTORY, on one GPU.
+run_kernel_bench_variant() {
+  # shellcheck disable=SC2086  # the extra arguments are words
+  LD_LIBRARY_PATH="$2/$1${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" timeout "$(seconds_left)" \
+    "$2/$1/spattn_kernel_bench" --kernels own,cudnn --csv "$2/$1.csv" ${SPATTN_KERNEL_BENCH_ARGS:-}
+}
+
+# The distributed bench of build VARIANT in DIRECTORY, one rank per GPU.
+run_gpu_bench_variant() {
+  # shellcheck disable=SC2086  # the extra arguments are words
+  timeout "$(seconds_left)" mpirun --oversubscribe -np "$gpus" -x SPATTN_TIMEOUT="${SPATTN_TIMEOUT:-120}" \
+    -x LD_LIBRARY_PATH="$2/$1${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$2/$1/spattn_gpu_bench" \
+    --device-name "$device_name x$gpus" --csv "$2/$1.csv" ${SPATTN_BENCH_ARGS:-}
+}
+
 if ! wants kernel-ab; then
   :
 elif ((built)); then
-  ab_dir="$build_dir/kernel-ab"
-  build_ab_variants spattn_kernel_bench bench/spattn_kernel_bench "$ab_dir" "$logs/kernel-ab.log"
-  status=0
-  for round in $(seq "${SPATTN_AB_ROUNDS:-3}"); do
-    for variant in "${variants[@]}"; do
-      echo "== round $round: $variant" >>"$logs/kernel-ab.log"
-      # shellcheck disable=SC2086  # the extra arguments are words
-      LD_LIBRARY_PATH="$ab_dir/$variant${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" timeout "$(seconds_left)" \
-        "$ab_dir/$variant/spattn_kernel_bench" --kernels own,cudnn --csv "$ab_dir/$variant.csv" \
-        ${SPATTN_KERNEL_BENCH_ARGS:-} >>"$logs/kernel-ab.log" 2>&1 || status=$?
-    done
-  done
-  report_ab_variants kernel-ab compare_kernel_variants.py "$ab_dir" "$status"
+  ab_stage kernel-ab spattn_kernel_bench bench/spattn_kernel_bench compare_kernel_variants.py run_kernel_bench_variant
 else
   record kernel-ab skipped "no build"
 fi
-
 if ! wants bench-ab; then
   :
 elif ((built)); then
-  ab_dir="$build_dir/bench-ab"
-  build_ab_variants spattn_gpu_bench bench/spattn_gpu_bench "$ab_dir" "$logs/bench-ab.log"
-  status=0
-  for round in $(seq "${SPATTN_AB_ROUNDS:-3}"); do
-    for variant in "${variants[@]}"; do
-      echo "== round $round: $variant" >>"$logs/bench-ab.log"
-      # shellcheck disable=SC2086  # the extra arguments are words
-      timeout "$(seconds_left)" mpirun --oversubscribe -np "$gpus" -x SPATTN_TIMEOUT="${SPATTN_TIMEOUT:-120}" \
-        -x LD_LIBRARY_PATH="$ab_dir/$variant${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$ab_dir/$variant/spattn_gpu_bench" \
-        --device-name "$device_name x$gpus" --csv "$ab_dir/$variant.csv" ${SPATTN_BENCH_ARGS:-} \
-        >>"$logs/bench-ab.log" 2>&1 || status=$?
-    done
-  done
-  report_ab_variants bench-ab compare_bench_variants.py "$ab_dir" "$status"
+  ab_stage bench-ab spattn_gpu_bench bench/spattn_gpu_bench compare_bench_variants.py run_gpu_bench_variant
 else
   record bench-ab skipped "no build"
 fi
