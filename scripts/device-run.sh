@@ -75,7 +75,8 @@
 # SPATTN_DEVICE_BUILD_DIR (default build-device) is where it builds; SPATTN_BUILD_TARGETS, when
 # set, builds only those targets (e.g. spattn_kernel_bench for a kernel-ab call). SPATTN_DEVICE_BUDGET_S
 # (default 570) bounds the whole run: the device tool stops a command after 600 s, and a stage
-# cut short by the budget still leaves its log and summary line.
+# cut short by the budget still leaves its log and summary line. SPATTN_RUN_LIMIT_S, when set,
+# bounds each test or bench command (not the builds): for a kernel that may hang.
 set -uo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -152,10 +153,18 @@ record() {
   return 0
 }
 
-# Seconds of the budget left, at least 1 (timeout 0 would mean no limit at all).
-seconds_left() {
+# Seconds of the budget left, at least 1 (timeout 0 would mean no limit at all): the limit of a build.
+budget_left() {
   local left=$((budget_s - SECONDS))
   echo $((left < 1 ? 1 : left))
+}
+
+# The limit of one test or bench command: the budget left, and at most SPATTN_RUN_LIMIT_S when set,
+# so that a kernel that hangs costs that much of the call and the later stages still run.
+seconds_left() {
+  local left
+  left="$(budget_left)"
+  echo $((${SPATTN_RUN_LIMIT_S:-left} < left ? ${SPATTN_RUN_LIMIT_S:-left} : left))
 }
 
 # The counts of a GoogleTest log: "passed=N failed=N skipped=N".
@@ -270,7 +279,7 @@ UNPACK
   else
     cmake -S "$root" -B "$build_dir" "${cmake_arguments[@]}" &&
       echo "== build with $jobs jobs" &&
-      timeout "$(seconds_left)" cmake --build "$build_dir" -j "$jobs" ${SPATTN_BUILD_TARGETS:+--target $SPATTN_BUILD_TARGETS}
+      timeout "$(budget_left)" cmake --build "$build_dir" -j "$jobs" ${SPATTN_BUILD_TARGETS:+--target $SPATTN_BUILD_TARGETS}
   fi
 } >"$logs/build.log" 2>&1
 build_status=$?
@@ -543,7 +552,7 @@ if wants python-gpu; then
   [[ -f "$deps_dir/openblas/lib/libopenblas.so.0" ]] && ! ldconfig -p | grep -q 'libopenblas\.so' &&
     export CMAKE_PREFIX_PATH="$deps_dir/openblas${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
   install_status=0
-  (cd "$root" && SPATTN_CUDA=ON CMAKE_BUILD_PARALLEL_LEVEL="$jobs" timeout "$(seconds_left)" \
+  (cd "$root" && SPATTN_CUDA=ON CMAKE_BUILD_PARALLEL_LEVEL="$jobs" timeout "$(budget_left)" \
     python3 -m pip install --no-build-isolation --no-deps --root-user-action=ignore .) >"$logs/python-build.log" 2>&1 ||
     install_status=$?
   if [[ $install_status -eq 0 ]]; then
@@ -696,7 +705,7 @@ ab_stage() {
       continue
     fi
     patch -p1 -d "$root" <"$patch" >>"$log" 2>&1
-    if timeout "$(seconds_left)" cmake --build "$build_dir" -j "$jobs" --target "$target" >>"$log" 2>&1; then
+    if timeout "$(budget_left)" cmake --build "$build_dir" -j "$jobs" --target "$target" >>"$log" 2>&1; then
       keep_build "$name" && variants+=("$name")
     else
       echo "== variant $name does not build: left out" >>"$log"
