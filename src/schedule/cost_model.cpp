@@ -254,12 +254,29 @@ std::vector<double> rotation_step_flops(const Problem& problem, Algorithm algori
   return flops;
 }
 
+// How the backward runs the own blocks of a rotation in the algorithm's layout over the
+// schedule's members: whether the owners keep their gradient (keeps_own_gradient) and the share of
+// step 0's attention that runs after the last step (own_late_share).
+struct OwnBlocksPlan {
+  bool gradient_stays = false;
+  double late_share = 0.0;
+};
+
+OwnBlocksPlan own_blocks_plan(const Problem& problem, Algorithm algorithm, const CycleSchedule& schedule, int nodes) {
+  const int members = schedule.ranks();
+  const SequenceLayout layout(rotation_form(algorithm, members, problem.causal, nodes).layout, problem.shape.seq,
+                              members);
+  return {keeps_own_gradient(layout), own_late_share(layout, schedule, problem.mask)};
+}
+
 // Forward: compute on the held K,V while the next step's K,V travel; K,V move after every step but
-// the last. Backward, as src/strategies/rotation_attention.cpp runs it: K,V rotate again, and the
-// dK,dV accumulators of step s follow one hop behind during step s + 1, the last hop (to their
-// owner, in the input dtype) after the last step.
+// the last. Backward, as src/strategies/rotation_attention.cpp runs it: K,V rotate again and the
+// dK,dV accumulators of step s follow one hop behind during step s + 1. Where the owners keep
+// their own gradient (`own`), the accumulators start at step 1 and their last hop (to the
+// owners, in fp32) overlaps the late part of the own blocks (the rest runs at step 0); else the
+// last hop carries them in the input dtype after the last step.
 void add_rotation_passes(StrategyCost& cost, const Problem& problem, const std::vector<double>& forward_flops,
-                         const StepTraffic& kv, const StepTraffic& kv_gradient) {
+                         const OwnBlocksPlan& own, const StepTraffic& kv, const StepTraffic& kv_gradient) {
   const int steps = static_cast<int>(forward_flops.size());
   const Transfer kv_transfer = step_transfer(problem.cluster, kv);
   const Transfer gradient_transfer = step_transfer(problem.cluster, kv_gradient);
@@ -269,10 +286,13 @@ void add_rotation_passes(StrategyCost& cost, const Problem& problem, const std::
     const double compute = problem.seconds(forward_flops[static_cast<std::size_t>(step)]);
     append_step(cost.forward, {sends_kv ? "K,V" : "none", 1, compute, sends_kv ? kv_transfer : Transfer{}, true});
   }
+  const double own_backward = problem.seconds(kBackwardFlopRatio * forward_flops.front());
   for (int step = 0; step < steps; ++step) {
     const bool sends_kv = step + 1 < steps;
-    const bool sends_gradient = step > 0;
-    StepCost backward{"none", 1, problem.seconds(kBackwardFlopRatio * forward_flops[static_cast<std::size_t>(step)]),
+    const bool sends_gradient = step >= (own.gradient_stays ? 2 : 1);
+    StepCost backward{"none", 1,
+                      step == 0 ? own_backward * (1.0 - own.late_share)
+                                : problem.seconds(kBackwardFlopRatio * forward_flops[static_cast<std::size_t>(step)]),
                       Transfer{}, true};
     if (sends_kv && sends_gradient) {
       backward.what = "K,V + dK,dV";
@@ -286,8 +306,9 @@ void add_rotation_passes(StrategyCost& cost, const Problem& problem, const std::
     }
     append_step(cost.backward, backward);
   }
-  // The last hop carries each slot's final gradient, rounded to the input dtype by its sender.
-  if (steps > 1) append_step(cost.backward, {"dK,dV to owner", 1, 0.0, kv_transfer, true});
+  if (steps > 1)
+    append_step(cost.backward, {"dK,dV to owner", 1, own_backward * own.late_share,
+                                own.gradient_stays ? gradient_transfer : kv_transfer, true});
 }
 
 void add_transfer_phase(std::vector<StepCost>& pass, const Problem& problem, const std::string& what,
@@ -313,7 +334,8 @@ void cost_rotation(StrategyCost& cost, const Problem& problem, const StrategyOpt
   const StepTraffic kv_gradient = rotation_traffic(schedule, kv_slot_bytes(problem.shape, ranks, slots, DType::f32));
   const std::vector<double> flops =
       rotation_step_flops(problem, algorithm, schedule, options.nodes, problem.shape.heads);
-  add_rotation_passes(cost, problem, flops, kv, kv_gradient);
+  add_rotation_passes(cost, problem, flops, own_blocks_plan(problem, algorithm, schedule, options.nodes), kv,
+                      kv_gradient);
 }
 
 void cost_ulysses(StrategyCost& cost, const Problem& problem) {
@@ -402,9 +424,11 @@ void cost_usp(StrategyCost& cost, const Problem& problem, const StrategyOptions&
   add_transfer_phase(cost.backward, problem, "all-to-all q,k,v,out,dout,lse",
                      group_all_to_all(ranks, inner, {q_part, kv_part, kv_part, q_part, q_part, lse_part}));
   const int64_t slot_tokens = group_tokens / slots;
-  add_rotation_passes(cost, problem, rotation_step_flops(problem, options.across, over_groups, 1, heads),
-                      grouped_rotation_traffic(over_groups, inner, 2 * problem.bytes(slot_tokens, kv_heads, e)),
-                      grouped_rotation_traffic(over_groups, inner, 2 * problem.bytes(slot_tokens, kv_heads, kFp32Bytes)));
+  add_rotation_passes(
+      cost, problem, rotation_step_flops(problem, options.across, over_groups, 1, heads),
+      own_blocks_plan(problem, options.across, over_groups, 1),
+      grouped_rotation_traffic(over_groups, inner, 2 * problem.bytes(slot_tokens, kv_heads, e)),
+      grouped_rotation_traffic(over_groups, inner, 2 * problem.bytes(slot_tokens, kv_heads, kFp32Bytes)));
   add_transfer_phase(cost.forward, problem, "all-to-all out,lse", group_all_to_all(ranks, inner, {q_part, lse_part}));
   add_transfer_phase(cost.backward, problem, "all-to-all dq,dk,dv",
                      group_all_to_all(ranks, inner, {q_part, kv_part, kv_part}));

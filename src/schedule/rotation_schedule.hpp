@@ -66,6 +66,36 @@ std::vector<RotationStepBlock> rotation_step_blocks(const SequenceLayout& layout
                                                     const CycleSchedule& schedule, const AttentionMask& mask,
                                                     const DocumentLayout* documents, int rank, int step);
 
+/// The backward's two parts of a rank's own blocks (those of step 0, on its own keys and values):
+/// `early` runs at step 0 while the keys and values make their first hop, `late` after the last
+/// step, while the last gradient hop brings the rank's slots their gradients from the other ranks
+/// (with no block left, that hop would stand exposed).
+struct OwnBlockSplit {
+  std::vector<RotationStepBlock> early;
+  std::vector<RotationStepBlock> late;
+};
+
+/// Deals `own` (a rank's step-0 blocks of a rotation over `ranks`) into two parts: `late` takes
+/// the blocks of most visible pairs until it holds at least half of them (the hop it hides
+/// carries fp32 gradients, twice the bytes of the keys and values that `early` hides), `early`
+/// the rest, each in the order of `own`. Blocks are not cut: a rank with one query chunk (the
+/// contiguous and stripe layouts), or alone (ranks 1), keeps every block early.
+OwnBlockSplit split_own_blocks(const std::vector<RotationStepBlock>& own, const AttentionMask& mask, int ranks);
+
+/// Whether the rotation's backward keeps each rank's gradient of its own keys at home from step 0,
+/// its last hop carrying the others' part in fp32 beside the late own blocks: where every rank
+/// holds several query chunks (zigzag, packed documents) and has company. The same answer on every
+/// rank, as the ranks' hops must match; a rank whose own blocks have no late part then leaves the
+/// last hop exposed. Otherwise the own gradient travels with the others from step 0.
+bool keeps_own_gradient(const SequenceLayout& layout);
+
+/// The visible (query, key) pairs of `blocks`.
+int64_t visible_pairs(const std::vector<RotationStepBlock>& blocks, const AttentionMask& mask);
+
+/// The share of rank 0's own visible pairs that split_own_blocks leaves late (one document; 0
+/// when none is late or it sees none of its own keys).
+double own_late_share(const SequenceLayout& layout, const CycleSchedule& schedule, const AttentionMask& mask);
+
 /// The visible (query, key) pairs of every rank at every step, pairs[step][rank]: the work of
 /// rotation_step_blocks (one document), counted without listing the blocks. Chunk pairs that a
 /// rank sees whole add a piece's length per query; only those the mask cuts are counted piece by

@@ -3,7 +3,9 @@
 // Every rank cuts its keys and values into one slot per cycle; at each step every slot moves one
 // hop along its cycle while the rank computes the blocks its queries can see of the slots it
 // holds. In backward the keys and values rotate again and the gradient of each slot travels one
-// hop behind it, reaching the slot's owner after the last step.
+// hop behind it, reaching the slot's owner after the last step; a rank of several query chunks
+// runs its own blocks in two parts, at step 0 and after the last step, and keeps their gradient,
+// so that the last hop travels while it still computes.
 
 #include <limits>
 #include <map>
@@ -61,10 +63,12 @@ class RotationStrategy final : public StrategyBase {
         rank(communicator.rank()),
         ranks(communicator.size()),
         slots(schedule.slots()),
-        slot_cut(sequence_layout, slots) {
+        slot_cut(sequence_layout, slots),
+        own_gradient_stays(keeps_own_gradient(sequence_layout)) {
     const DocumentLayout* packed = documents ? &*documents : nullptr;
     for (int step = 0; step < ranks; ++step)
       blocks_of_step.push_back(rotation_step_blocks(sequence_layout, slot_cut, schedule, mask, packed, rank, step));
+    own_blocks = split_own_blocks(blocks_of_step[0], mask, ranks);
     find_first_and_last_blocks();
   }
 
@@ -106,49 +110,64 @@ class RotationStrategy final : public StrategyBase {
       fill_own_slots(k, v, rotating_kv[current]);
       kernels->prepare_backward_delta(out, dout, delta);
       kernels->fill(dq_accumulator, 0.0f);
+      fill_slots(own_kv_gradient, 0.0f);  // none where the own gradient travels
     });
     // The gradient of the slots computed at step s leaves along their cycles after step s,
-    // overlapping step s + 1; after the last step the next rank of each cycle is the owner.
+    // overlapping step s + 1; after the last step the next rank of each cycle is the owner. Where
+    // the own slots' gradient stays here from step 0 (in fp32), the last hop (fp32) brings the rest
+    // while the late own blocks run; else it travels with the others, the last hop exposed.
     std::unique_ptr<PendingTransfer> gradient_hop;
     for (int step = 0; step < ranks; ++step) {
       std::unique_ptr<PendingTransfer> rotation;
       if (step + 1 < ranks) rotation = start_rotation(rotating_kv[current], rotating_kv[1 - current], recorder, step);
-      const SlotSet& contribution = kv_gradient_contribution[step % 2];
+      const bool stays = step == 0 && own_gradient_stays;
+      const SlotSet& contribution = stays ? own_kv_gradient : kv_gradient_contribution[step % 2];
       recorder.compute(step, [&] {
-        fill_slots(contribution, 0.0f);
-        backward_step(q, out, dout, lse, rotating_kv[current], contribution, step);
+        if (!stays) fill_slots(contribution, 0.0f);
+        backward_blocks(q, out, dout, lse,
+                        step == 0 ? own_blocks.early : blocks_of_step[static_cast<std::size_t>(step)],
+                        rotating_kv[current], contribution);
       });
       if (gradient_hop) {
         recorder.wait(step, world, *gradient_hop);
-        recorder.compute(step, [&] {
-          for (int slot = 0; slot < slots; ++slot) {
-            kernels->add(kv_gradient_received[slot].k, contribution[slot].k);
-            kernels->add(kv_gradient_received[slot].v, contribution[slot].v);
-          }
-        });
+        gradient_hop.reset();
+        recorder.compute(step, [&] { add_slots(kv_gradient_received, contribution); });
       }
-      if (step + 1 < ranks) gradient_hop = start_rotation(contribution, kv_gradient_received, recorder, step);
+      if (!stays && (step + 1 < ranks || own_gradient_stays))
+        gradient_hop = start_rotation(contribution, kv_gradient_received, recorder, step);
       if (rotation) {
         recorder.wait(step, world, *rotation);
         current = 1 - current;
       }
     }
-    const SlotSet* own_gradient = &kv_gradient_contribution[0];
-    std::unique_ptr<PendingTransfer> final_hop;
-    if (ranks > 1) {
-      // The last hop brings each slot its final gradient, with no step left to hide it behind,
-      // only dq's conversion below. The owner would round it to the caller's dtype anyway, so the
-      // sender does and the hop carries half the bytes of fp32 (for bf16 and fp16). Both
-      // key/value buffers are free now: no rotation follows the last step, whose blocks were
-      // enqueued before this copy.
+    const SlotSet* own_gradient = &own_kv_gradient;
+    if (own_gradient_stays) {
+      // A rank whose own blocks all ran at step 0 leaves the last hop nothing to hide behind.
+      if (!own_blocks.late.empty()) {
+        recorder.compute(ranks - 1, [&] {
+          // The held keys and values are the last step's, still read by its blocks; the other
+          // buffer is free (no rotation follows the last step) and takes the own slots again
+          // (at 2 ranks it never received, and still holds them).
+          if (ranks > 2) fill_own_slots(k, v, rotating_kv[1 - current]);
+          backward_blocks(q, out, dout, lse, own_blocks.late, rotating_kv[1 - current], own_kv_gradient);
+        });
+      }
+    } else if (ranks > 1) {
+      // The owner would round the last hop's gradient to the caller's dtype anyway, so the sender
+      // does and the hop carries half the bytes of fp32 (for bf16 and fp16); both key/value
+      // buffers are free now.
       const SlotSet& final_gradient = rotating_kv[current];
-      const SlotSet& own_final_gradient = rotating_kv[1 - current];
       recorder.compute(ranks - 1, [&] { copy_slots(kv_gradient_contribution[(ranks - 1) % 2], final_gradient); });
-      final_hop = start_rotation(final_gradient, own_final_gradient, recorder, ranks - 1);
-      own_gradient = &own_final_gradient;
+      gradient_hop = start_rotation(final_gradient, rotating_kv[1 - current], recorder, ranks - 1);
+      own_gradient = &rotating_kv[1 - current];
+    } else {
+      own_gradient = &kv_gradient_contribution[0];
     }
     recorder.compute(ranks - 1, [&] { kernels->copy(dq_accumulator, dq); });  // while the last hop travels
-    if (final_hop) recorder.wait(ranks - 1, world, *final_hop);
+    if (gradient_hop) {
+      recorder.wait(ranks - 1, world, *gradient_hop);
+      if (own_gradient_stays) recorder.compute(ranks - 1, [&] { add_slots(kv_gradient_received, own_kv_gradient); });
+    }
     recorder.compute(ranks - 1, [&] { return_own_slots(*own_gradient, dk, dv); });
     recorder.finish();
   }
@@ -206,6 +225,7 @@ class RotationStrategy final : public StrategyBase {
     kv_gradient_contribution[0] = allocate_slots(backward_buffers, DType::f32);
     kv_gradient_contribution[1] = allocate_slots(backward_buffers, DType::f32);
     kv_gradient_received = allocate_slots(backward_buffers, DType::f32);
+    if (own_gradient_stays) own_kv_gradient = allocate_slots(backward_buffers, DType::f32);
   }
 
   int64_t local_seq() const { return sequence_layout.local_length(); }
@@ -238,6 +258,14 @@ class RotationStrategy final : public StrategyBase {
     for (std::size_t slot = 0; slot < source.size(); ++slot) {
       kernels->copy(source[slot].k, destination[slot].k);
       kernels->copy(source[slot].v, destination[slot].v);
+    }
+  }
+
+  // destination += source, slot by slot.
+  void add_slots(const SlotSet& source, const SlotSet& destination) {
+    for (std::size_t slot = 0; slot < source.size(); ++slot) {
+      kernels->add(source[slot].k, destination[slot].k);
+      kernels->add(source[slot].v, destination[slot].v);
     }
   }
 
@@ -312,11 +340,11 @@ class RotationStrategy final : public StrategyBase {
     }
   }
 
-  // The blocks of one backward step, accumulating into dq and into `gradient` (the gradient of
-  // the held slots from this rank's queries).
-  void backward_step(const TensorView& q, const TensorView& out, const TensorView& dout, const TensorView& lse,
-                     const SlotSet& held, const SlotSet& gradient, int step) {
-    for (const RotationStepBlock& block : blocks_of_step[static_cast<std::size_t>(step)]) {
+  // Backward `blocks` (of one step, or a part of step 0's), accumulating into dq and into
+  // `gradient` (the gradient of the held slots from this rank's queries).
+  void backward_blocks(const TensorView& q, const TensorView& out, const TensorView& dout, const TensorView& lse,
+                       const std::vector<RotationStepBlock>& blocks, const SlotSet& held, const SlotSet& gradient) {
+    for (const RotationStepBlock& block : blocks) {
       backward_block.segments.clear();
       for (const SlotPiece& piece : block.keys) {
         const KvTensors& slot = held[static_cast<std::size_t>(piece.slot)];
@@ -347,6 +375,8 @@ class RotationStrategy final : public StrategyBase {
   const int slots;
   const SlotCut slot_cut;
   std::vector<std::vector<RotationStepBlock>> blocks_of_step;  // this rank's blocks, per step
+  OwnBlockSplit own_blocks;                                    // step 0's blocks as the backward runs them
+  const bool own_gradient_stays;                               // keeps_own_gradient
   struct BlockPosition {
     int step;
     const RotationStepBlock* block;
@@ -368,6 +398,7 @@ class RotationStrategy final : public StrategyBase {
   TensorView delta;           // (B, H, S_local) fp32
   SlotSet kv_gradient_contribution[2];
   SlotSet kv_gradient_received;
+  SlotSet own_kv_gradient;  // where it stays: the gradient of this rank's slots, complete after the last hop
   // Reused across steps so that their lists keep their capacity.
   TransferBatch rotation_batch;
   ForwardBlock forward_block;

@@ -105,5 +105,18 @@ TEST(RingAttentionPlan, ProfileIsConsistent) {
   EXPECT_EQ(run.backward.messages_sent, ranks > 1 ? 2 * (2 * ranks - 1) : 0);
 }
 
+// Causal zigzag keeps its own blocks' gradient (two query chunks: a late part runs beside the
+// last hop), so the backward sends N-1 hops of fp32 dK and dV, from the step after the owner's.
+TEST(RingAttentionPlan, ZigzagSendsOneGradientHopLessThanTheRing) {
+  const int ranks = world().size();
+  const AttentionShape shape{1, 2 * ranks * 16, 2, 2, 32, DType::f32};
+  const AttentionProblem problem = random_problem(shape, AttentionOptions{true, -1, -1}, 6, true);
+  const StrategyRun run = run_strategy(world(), Algorithm::zigzag, problem, 0, 1, true);
+  expect_consistent_profile(run.backward, static_cast<std::size_t>(ranks));
+  const double shard_bytes = 2.0 * shape.batch * (shape.seq / ranks) * shape.kv_heads * shape.head_dim * sizeof(float);
+  EXPECT_EQ(run.backward.bytes_sent, 2 * (ranks - 1) * shard_bytes);
+  EXPECT_EQ(run.backward.messages_sent, 4 * (ranks - 1));
+}
+
 }  // namespace
 }  // namespace spattn

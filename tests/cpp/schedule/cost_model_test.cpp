@@ -163,6 +163,27 @@ TEST(CostModel, CausalZigzagHalvesEveryStepWhileTheRingWaitsForItsLastRank) {
   EXPECT_LT(zigzag.forward_seconds, ring.forward_seconds);
 }
 
+// The causal zigzag's own blocks run a quarter at step 0 and three quarters after the last step,
+// beside the last hop (fp32 dK,dV to the owners); the accumulators travel from step 1 on. The
+// contiguous ring's lone own block stays whole at step 0 (StepsAndTotalsFollowTheRotation).
+TEST(CostModel, ZigzagHidesTheLastHopBehindItsLateOwnBlocks) {
+  const Cluster cluster = cluster_preset("nvswitch");
+  const AttentionShape shape = llm_shape(8192, 8);
+  const StrategyCost zigzag = cost_of(Algorithm::zigzag, cluster, shape, 8, true);
+  ASSERT_EQ(zigzag.backward.size(), 5u);
+  const double own_backward = 2.5 * zigzag.forward[0].compute_seconds;
+  EXPECT_NEAR(zigzag.backward[0].compute_seconds, own_backward / 4, own_backward * 1e-3);
+  EXPECT_EQ(zigzag.backward[0].what, "K,V");
+  EXPECT_EQ(zigzag.backward[1].what, "K,V");
+  EXPECT_EQ(zigzag.backward[2].what, "K,V + dK,dV");
+  EXPECT_EQ(zigzag.backward[2].count, 5);
+  EXPECT_EQ(zigzag.backward[3].what, "dK,dV");
+  EXPECT_EQ(zigzag.backward[4].what, "dK,dV to owner");
+  EXPECT_EQ(zigzag.backward[4].transfer.bytes, zigzag.backward[3].transfer.bytes);  // fp32, as every hop
+  EXPECT_NEAR(zigzag.backward[4].compute_seconds, 3 * own_backward / 4, own_backward * 1e-3);
+  EXPECT_EQ(zigzag.backward[4].exposed_transfer_seconds(), 0.0);
+}
+
 // A window as long as the sequence hides nothing: the counted pairs give the closed forms' compute
 // (exactly without the causal mask; with it the diagonals' query-key pairs, half a row per token,
 // are counted too).

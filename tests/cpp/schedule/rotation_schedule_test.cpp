@@ -287,6 +287,88 @@ TEST(RotationSchedule, DocumentsCoverEveryVisiblePairOfADocumentOnce) {
   }
 }
 
+// The backward's two parts of a rank's own blocks are its blocks, each once and whole, the late
+// part at least half of the visible pairs when there are several blocks; with one (contiguous
+// layouts) or alone, every block is early.
+TEST(RotationSchedule, OwnBlocksSplitInTwoPartsOfEveryBlockOnce) {
+  const AttentionMask masks[] = {AttentionMask{-1, -1}, causal_mask(), AttentionMask{5, 2}, AttentionMask{7, 0}};
+  const auto same_block = [](const RotationStepBlock& a, const RotationStepBlock& b) {
+    if (a.queries.local_offset != b.queries.local_offset || a.keys.size() != b.keys.size()) return false;
+    for (std::size_t index = 0; index < a.keys.size(); ++index)
+      if (a.keys[index].slot != b.keys[index].slot || a.keys[index].slot_offset != b.keys[index].slot_offset ||
+          a.keys[index].length != b.keys[index].length)
+        return false;
+    return true;
+  };
+  for (const NamedCycles& set : every_cycle_set()) {
+    const CycleSchedule schedule(set.cycles, set.ranks);
+    for (LayoutKind kind : {LayoutKind::contiguous, LayoutKind::zigzag})
+      for (const AttentionMask& mask : masks) {
+        const SequenceLayout layout(kind, 2 * set.ranks * schedule.slots() * 3, set.ranks);
+        for (int rank = 0; rank < set.ranks; ++rank) {
+          SCOPED_TRACE(set.name + " " + layout_name(kind) + " mask " + std::to_string(mask.left) + "," +
+                       std::to_string(mask.right) + " rank " + std::to_string(rank));
+          const std::vector<RotationStepBlock> own = step_blocks(layout, schedule, mask, rank, 0);
+          const OwnBlockSplit split = split_own_blocks(own, mask, set.ranks);
+          ASSERT_EQ(split.early.size() + split.late.size(), own.size());
+          std::size_t early = 0, late = 0;
+          for (const RotationStepBlock& block : own) {
+            if (early < split.early.size() && same_block(split.early[early], block)) {
+              ++early;
+            } else {
+              ASSERT_LT(late, split.late.size());
+              EXPECT_TRUE(same_block(split.late[late], block));
+              ++late;
+            }
+          }
+          if (set.ranks > 1 && own.size() > 1) {
+            EXPECT_FALSE(split.early.empty());
+            EXPECT_GE(2 * visible_pairs(split.late, mask), visible_pairs(own, mask));
+          } else {
+            EXPECT_TRUE(split.late.empty());
+          }
+        }
+      }
+  }
+}
+
+// The causal zigzag ring at 2 ranks: the late part is the later chunk's block, both its pieces
+// (three quarters of the pairs), the early part the earlier chunk's diagonal. The causal ring's
+// lone diagonal stays early, and so does every block of a rank alone.
+TEST(RotationSchedule, OwnBlocksSplitOfTheZigzagAndRingDiagonals) {
+  const CycleSchedule ring(ring_cycles(2), 2);
+  const SequenceLayout zigzag(LayoutKind::zigzag, 400, 2);
+  const std::vector<RotationStepBlock> own = step_blocks(zigzag, ring, causal_mask(), 0, 0);
+  ASSERT_EQ(own.size(), 2u);
+  const OwnBlockSplit split = split_own_blocks(own, causal_mask(), 2);
+  ASSERT_EQ(split.early.size(), 1u);
+  ASSERT_EQ(split.late.size(), 1u);
+  EXPECT_EQ(split.early[0].queries.position, own[0].queries.position);
+  EXPECT_EQ(split.late[0].keys.size(), 2u);
+  EXPECT_EQ(split.late[0].queries.position, own[1].queries.position);
+  EXPECT_NEAR(own_late_share(zigzag, ring, causal_mask()), 0.75, 0.005);
+
+  const SequenceLayout contiguous(LayoutKind::contiguous, 400, 2);
+  const OwnBlockSplit diagonal = split_own_blocks(step_blocks(contiguous, ring, causal_mask(), 1, 0), causal_mask(), 2);
+  EXPECT_EQ(diagonal.early.size(), 1u);
+  EXPECT_TRUE(diagonal.late.empty());
+  EXPECT_EQ(own_late_share(contiguous, ring, causal_mask()), 0.0);
+
+  // The owners keep their gradient where every rank holds several query chunks: the ranks agree
+  // on the hops, whatever their own blocks.
+  EXPECT_TRUE(keeps_own_gradient(zigzag));
+  EXPECT_FALSE(keeps_own_gradient(contiguous));
+  EXPECT_TRUE(keeps_own_gradient(DocumentLayout(LayoutKind::contiguous, {100, 300}, 2).sequence_layout()));
+
+  const CycleSchedule alone(ring_cycles(1), 1);
+  const SequenceLayout one_rank(LayoutKind::zigzag, 400, 1);
+  EXPECT_FALSE(keeps_own_gradient(one_rank));
+  const OwnBlockSplit whole = split_own_blocks(step_blocks(one_rank, alone, causal_mask(), 0, 0), causal_mask(), 1);
+  EXPECT_EQ(whole.early.size(), 2u);
+  EXPECT_TRUE(whole.late.empty());
+  EXPECT_EQ(own_late_share(one_rank, alone, causal_mask()), 0.0);
+}
+
 // Plain ring under a causal mask skips the sources after the rank entirely (the imbalance that
 // zigzag removes).
 TEST(RotationSchedule, ContiguousCausalRingSkipsLaterSources) {
