@@ -78,8 +78,9 @@ struct OwnBlockSplit {
 /// Deals `own` (a rank's step-0 blocks of a rotation over `ranks`) into two parts: `late` takes
 /// the blocks of most visible pairs until it holds at least half of them (the hop it hides
 /// carries fp32 gradients, twice the bytes of the keys and values that `early` hides), `early`
-/// the rest, each in the order of `own`. Blocks are not cut: a rank with one query chunk (the
-/// contiguous and stripe layouts), or alone (ranks 1), keeps every block early.
+/// the rest, each in the order of `own`. Blocks are not cut: a lone block (one query chunk that
+/// sees its own keys, as in the contiguous and stripe layouts) stays early, as does every block of
+/// a rank alone (ranks 1).
 OwnBlockSplit split_own_blocks(const std::vector<RotationStepBlock>& own, const AttentionMask& mask, int ranks);
 
 /// Whether the rotation's backward keeps each rank's gradient of its own keys at home from step 0,
