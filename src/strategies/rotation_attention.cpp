@@ -110,7 +110,6 @@ class RotationStrategy final : public StrategyBase {
       fill_own_slots(k, v, rotating_kv[current]);
       kernels->prepare_backward_delta(out, dout, delta);
       kernels->fill(dq_accumulator, 0.0f);
-      fill_slots(own_kv_gradient, 0.0f);  // none where the own gradient travels
     });
     // The gradient of the slots computed at step s leaves along their cycles after step s,
     // overlapping step s + 1; after the last step the next rank of each cycle is the owner. Where
@@ -123,7 +122,7 @@ class RotationStrategy final : public StrategyBase {
       const bool stays = step == 0 && own_gradient_stays;
       const SlotSet& contribution = stays ? own_kv_gradient : kv_gradient_contribution[step % 2];
       recorder.compute(step, [&] {
-        if (!stays) fill_slots(contribution, 0.0f);
+        fill_slots(contribution, 0.0f);
         backward_blocks(q, out, dout, lse,
                         step == 0 ? own_blocks.early : blocks_of_step[static_cast<std::size_t>(step)],
                         rotating_kv[current], contribution);
