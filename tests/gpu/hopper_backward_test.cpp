@@ -2,12 +2,12 @@
 // against cuDNN's error on the same inputs: masks none / causal / windows on one or both sides in global positions,
 // segments with gaps and out of order, more segments than one launch takes, query and key counts that are not
 // multiples of a tile, blocks of several query and key tiles, GQA 1:1 to 8:1, batch 1 and 3, head dims 64 and 128,
-// bf16 and fp16, accumulation over two calls, rows and keys that see nothing, the same dk and dv bits on a second
-// run, the same dq, dk and dv bits in deterministic mode (own and cuDNN), bad blocks. The own block has no `out` (the
-// own backward reads delta only, so a read of out would fault); cuDNN's, which recomputes delta from out, gets the
-// reference's final out. dq, dk and dv are accumulated into, so instead of NaN-poisoned they start at random values,
-// the same for both kernels, and what a run added (end - start) is compared. Where the GPU or the build has no own
-// backward, every test says why and skips.
+// bf16 and fp16, accumulation over two calls, a GQA group split over several CTAs or whole, rows and keys that see
+// nothing, the same dk and dv bits on a second run without GQA, the same dq, dk and dv bits in deterministic mode
+// (own and cuDNN), bad blocks. The own block has no `out` (the own backward reads delta only, so a read of out would
+// fault); cuDNN's, which recomputes delta from out, gets the reference's final out. dq, dk and dv are accumulated into,
+// so instead of NaN-poisoned they start at random values, the same for both kernels, and what a run added (end - start)
+// is compared. Where the GPU or the build has no own backward, every test says why and skips.
 //
 // Tolerance: as the cuDNN tests' (2e-2 of the largest reference magnitude for bf16, 5e-3 for fp16), and the own
 // kernel's error in each of dq, dk and dv must be at most 1.25x cuDNN's on the same inputs (plus 1e-6 of the
@@ -29,6 +29,9 @@
 #include "block_reference.hpp"
 #include "cuda_test_support.hpp"
 #include "kernels/cuda/cuda_block_kernels.hpp"
+#include "kernels/hopper/backward_head_parts.hpp"
+#include "kernels/hopper/backward_problem.hpp"
+#include "kernels/hopper/hopper_support.hpp"
 #include "spattn/error.hpp"
 
 namespace spattn::test {
@@ -317,6 +320,34 @@ TEST_F(HopperBackward, GroupedQueryAttentionAndBatches) {
                  kv_heads});
 }
 
+TEST_F(HopperBackward, GroupOfQueryHeadsInPartsAndWhole) {
+  // A launch of few CTAs splits each kv head's group of query heads over several CTAs (backward_head_parts.hpp), which
+  // add their dK and dV by atomics; the small blocks above split it into single heads. Here the key tiles are sized
+  // so that the group of 4 goes in 2 parts of 2 heads, and whole; a narrow window keeps the fp64 reference cheap.
+  const int multiprocessors = cuda::hopper::gpu_facts(kGpu.index).multiprocessors;
+  const int64_t fill = cuda::hopper::kBackwardFillWaves * multiprocessors;
+  constexpr int64_t kKvHeads = 2, kGroup = 4;
+  for (const int parts : {2, 1}) {
+    const int64_t key_tiles = (fill + kKvHeads * parts - 1) / (kKvHeads * parts);
+    ASSERT_EQ(cuda::hopper::backward_head_parts(key_tiles * kKvHeads, kGroup, multiprocessors, false), parts);
+    const int64_t keys = key_tiles * cuda::hopper::kBackwardKeyTile - 5;  // the last tile not full
+    for (const int64_t head_dim : {64, 128}) {
+      const std::string reason = unsupported(DType::bf16, head_dim);
+      if (!reason.empty()) GTEST_SKIP() << reason;
+      check_case({std::to_string(parts) + " parts: window (15, 0), q " + std::to_string(keys) + " at 0 vs " +
+                      std::to_string(keys) + " at 0",
+                  keys,
+                  0,
+                  {{keys, 0}},
+                  AttentionMask{15, 0},
+                  1,
+                  kKvHeads * kGroup,
+                  kKvHeads},
+                 DType::bf16, head_dim, default_scale(head_dim));
+    }
+  }
+}
+
 TEST_F(HopperBackward, MoreSegmentsThanOneLaunchTakes) {
   // 12 segments, kMaxSegmentsPerLaunch (8) per launch: dq gathers the launches' contributions.
   BlockCase c{"12 segments of 1 to 89 keys, causal", 180, 700, {}, kCausal};
@@ -376,11 +407,14 @@ TEST_F(HopperBackward, AccumulatesAcrossCalls) {
 }
 
 TEST_F(HopperBackward, DkAndDvAreTheSameBitsEveryRun) {
-  // Each key's dk and dv are added by one thread in a fixed order; dq gathers by the TMA unit's reduce-add in any
-  // order, so its two runs need only both be accurate.
+  // Without GQA (and wherever a CTA holds its kv head's whole group of query heads) each key's dk and dv are added by
+  // one thread in a fixed order; dq gathers by the TMA unit's reduce-add in any order, so its two runs need only both
+  // be accurate.
   for (const BlockCase& c :
-       {BlockCase{"no mask: q 500 at 500 vs 300 at 0 and 700 at 300", 500, 500, {{300, 0}, {700, 300}}, kNoMask},
-        BlockCase{"causal: q 500 at 500 vs 300 at 0 and 700 at 300", 500, 500, {{300, 0}, {700, 300}}, kCausal}}) {
+       {BlockCase{
+            "no mask: q 500 at 500 vs 300 at 0 and 700 at 300", 500, 500, {{300, 0}, {700, 300}}, kNoMask, 2, 8, 8},
+        BlockCase{
+            "causal: q 500 at 500 vs 300 at 0 and 700 at 300", 500, 500, {{300, 0}, {700, 300}}, kCausal, 2, 8, 8}}) {
     for (const int64_t head_dim : {64, 128}) {
       const std::string reason = unsupported(DType::bf16, head_dim);
       if (!reason.empty()) GTEST_SKIP() << reason;

@@ -3,7 +3,8 @@
 // tracks its speed), fp32 throughout:
 // - one CTA per (key tile of 128 keys of a segment, kv head, batch), a head's key tiles side by
 //   side in the grid (backward_tile); it loops over every query tile (64 rows) of every query
-//   head of the GQA group that sees a key of the tile;
+//   head of the GQA group that sees a key of the tile (or of its part of the group, where a short
+//   launch splits the group: backward_head_parts.hpp);
 // - warpgroup 0 produces with two warps: one loads K and V once, then each step's Q, dO (TMA),
 //   lse and delta into a two-stage pipeline that the consumers release after their last product
 //   that reads a stage; the other adds each step's dQ from shared memory into the block's fp32 dq
@@ -16,7 +17,8 @@
 //   from registers, dK and dV staying in fp32 registers over the whole loop; dS through shared
 //   memory (stmatrix) for dQ = dS K, whose fp32 result goes to the dQ writer through shared memory;
 // - at the end dK and dV are added into the segment's fp32 dk and dv, once per key (this CTA owns
-//   its keys of its kv head: the GQA group's heads are summed in its registers).
+//   its keys of its kv head: the GQA group's heads are summed in its registers), or by atomics
+//   where the group is split, once per part.
 // Only the (query tile, key tile) pairs that cross a mask edge or the end of a segment are masked
 // element-wise; rows that see no key (lse -inf) and rows past the query count contribute nothing.
 
@@ -207,18 +209,20 @@ __device__ inline int key_tiles_before(const BackwardProblem& problem, int tile_
 }
 
 /// The work of one CTA: a key tile of one segment, for one kv head and batch, and its steps, the
-/// query tiles of every query head of the GQA group that see a key of the tile, head by head.
+/// query tiles of its query heads (the GQA group's, or its part of them) that see a key of the
+/// tile, head by head.
 struct BackwardTile {
   int tile_index;  // among the launch's key tiles
   int segment_index;
   int key_tile;  // within the segment
   int kv_head;
   int batch;
-  int group;  // query heads per kv head
+  int first_head;  // query heads [first_head, first_head + heads)
+  int heads;
   TileSpan query_tiles;
 
-  __device__ int steps() const { return group * (query_tiles.end - query_tiles.begin); }
-  __device__ QueryStep first_step() const { return QueryStep{kv_head * group, query_tiles.begin}; }
+  __device__ int steps() const { return heads * (query_tiles.end - query_tiles.begin); }
+  __device__ QueryStep first_step() const { return QueryStep{first_head, query_tiles.begin}; }
   /// The next step's query tile: the next tile of the head, or the next head's first.
   __device__ void advance(QueryStep& at) const {
     if (++at.m_block < query_tiles.end) return;
@@ -227,23 +231,26 @@ struct BackwardTile {
   }
 };
 
-/// This CTA's tile, the key tile varying fastest over the grid: the CTAs that run at once are the
-/// key tiles of one or two heads, which read the same Q and dO and add into the same rows of dq,
-/// all of it in L2 (with the key tile slowest, the heads running at once each read their own,
-/// from memory: 1.9 TB/s of DRAM traffic at 8k causal). Under the causal mask a head's first key
-/// tiles see the most rows, so its heaviest tiles start first.
+/// This CTA's tile, the key tile varying fastest over the grid, then the part of the GQA group:
+/// the CTAs that run at once are the key tiles of one or two heads, which read the same Q and dO
+/// and add into the same rows of dq, all of it in L2 (with the key tile slowest, the heads running
+/// at once each read their own, from memory: 1.9 TB/s of DRAM traffic at 8k causal). Under the
+/// causal mask a head's first key tiles see the most rows, so its heaviest tiles start first.
 __device__ inline BackwardTile backward_tile(const BackwardProblem& problem) {
   BackwardTile tile;
-  tile.tile_index = static_cast<int>(blockIdx.x) % problem.key_tiles;
-  tile.kv_head = static_cast<int>(blockIdx.x) / problem.key_tiles % problem.kv_heads;
-  tile.batch = static_cast<int>(blockIdx.x) / problem.key_tiles / problem.kv_heads;
+  const int cta = static_cast<int>(blockIdx.x);
+  tile.tile_index = cta % problem.key_tiles;
+  const int part = cta / problem.key_tiles % problem.head_parts;
+  tile.kv_head = cta / problem.key_tiles / problem.head_parts % problem.kv_heads;
+  tile.batch = cta / problem.key_tiles / problem.head_parts / problem.kv_heads;
   tile.segment_index = 0;
   while (tile.segment_index + 1 < problem.num_segments &&
          problem.segments[tile.segment_index + 1].first_tile <= tile.tile_index)
     ++tile.segment_index;
   const BackwardSegment& segment = problem.segments[tile.segment_index];
   tile.key_tile = tile.tile_index - segment.first_tile;
-  tile.group = problem.heads / problem.kv_heads;
+  tile.heads = problem.heads / problem.kv_heads / problem.head_parts;
+  tile.first_head = (tile.kv_head * problem.head_parts + part) * tile.heads;
   tile.query_tiles =
       visible_query_tiles(problem.q_position, problem.rows, KeyRange{segment.position, segment.keys}, tile.key_tile,
                           problem.mask_left, problem.mask_right, kBackwardQueryTile, kBackwardKeyTile);
@@ -543,7 +550,8 @@ __device__ void consume(const BackwardParams<Traits>& params, const BackwardTile
   // dK (times the scale) and dV into the segment's accumulators, keys past its end left out. Each
   // thread holds column pairs of two rows (keys): a row's loads all go out before its first add,
   // so that their latencies overlap. One element at a time, each behind its own branch, they took
-  // 17% of the kernel's time at 8k causal.
+  // 17% of the kernel's time at 8k causal. Where other parts of the GQA group add into the same
+  // keys, each pair goes as one atomic add instead (no load to wait for).
   Tensor dK_rows = make_tensor(dK.data(), accumulator_rows_columns(dK.layout()));  // (keys, columns)
   Tensor dV_rows = make_tensor(dV.data(), accumulator_rows_columns(dV.layout()));
   Tensor key_grad_rows =
@@ -557,6 +565,17 @@ __device__ void consume(const BackwardParams<Traits>& params, const BackwardTile
                           tile.kv_head * segment.dk_strides[2];
     float* const dv_row = segment.dv + tile.batch * segment.dv_strides[0] + key * segment.dv_strides[1] +
                           tile.kv_head * segment.dv_strides[2];
+    if (problem.head_parts > 1) {
+      CUTE_UNROLL
+      for (int pair = 0; pair < kPairs; ++pair) {
+        const int d = get<1>(key_grad_rows(row, 2 * pair));
+        atomicAdd(reinterpret_cast<float2*>(dk_row + d),
+                  make_float2(problem.scale * dK_rows(row, 2 * pair), problem.scale * dK_rows(row, 2 * pair + 1)));
+        atomicAdd(reinterpret_cast<float2*>(dv_row + d),
+                  make_float2(dV_rows(row, 2 * pair), dV_rows(row, 2 * pair + 1)));
+      }
+      continue;
+    }
     float2 dk_old[kPairs], dv_old[kPairs];
     CUTE_UNROLL
     for (int pair = 0; pair < kPairs; ++pair) {
@@ -641,7 +660,8 @@ void launch_backward_tiles(const BackwardProblem& problem, cudaStream_t stream) 
   }
 
   allow_shared_memory<backward_kernel<Traits>>(Traits::kSharedBytes);
-  const int64_t ctas = int64_t{problem.key_tiles} * problem.kv_heads * problem.batch;  // < 2^31 (hopper_backward)
+  // < 2^31: hopper_backward checks the whole groups' CTAs, and splits only launches of a few waves.
+  const int64_t ctas = int64_t{problem.key_tiles} * problem.head_parts * problem.kv_heads * problem.batch;
   backward_kernel<Traits><<<static_cast<unsigned>(ctas), Traits::kThreads, Traits::kSharedBytes, stream>>>(params);
   SPATTN_CUDA_CHECK_LAUNCH("the own Hopper attention backward");
 }

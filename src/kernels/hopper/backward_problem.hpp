@@ -49,6 +49,9 @@ struct BackwardProblem {
   int32_t rows = 0;  // Sq
   int32_t heads = 0;
   int32_t kv_heads = 0;
+  // CTAs per (key tile, kv head), each visiting its own part of the GQA group's query heads
+  // (backward_head_parts.hpp); past one they add dK and dV into the segments' fp32 by atomics.
+  int32_t head_parts = 1;
   int64_t q_position = 0;  // global position of query row 0
   BackwardSegment segments[kMaxSegmentsPerLaunch];
   int num_segments = 0;
@@ -58,7 +61,7 @@ struct BackwardProblem {
   float scale = 1.0f;
 };
 
-/// Enqueues `problem` on `stream`: one CTA per (key tile, kv head, batch). Defined for kHeadDim 64
+/// Enqueues `problem` on `stream`: one CTA per (key tile, part of a GQA group, kv head, batch). Defined for kHeadDim 64
 /// and 128, kDType bf16 and f16, one instantiation file each.
 template <int kHeadDim, DType kDType>
 void launch_backward(const BackwardProblem& problem, cudaStream_t stream);

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/cuda/current_device_guard.hpp"
+#include "kernels/hopper/backward_head_parts.hpp"
 #include "kernels/hopper/backward_problem.hpp"
 #include "kernels/hopper/hopper_support.hpp"
 #include "spattn/error.hpp"
@@ -124,6 +125,7 @@ void hopper_backward(const BackwardBlock& block, cudaStream_t stream, hopper::Qu
   if (q.numel() == 0) return;
   const Launcher launch = launcher_for(q.size(3), q.dtype);
   CurrentDeviceGuard guard(q.device.index);
+  const int multiprocessors = hopper::gpu_facts(q.device.index).multiprocessors;
 
   BackwardProblem problem;
   problem.q = q.data;
@@ -156,6 +158,9 @@ void hopper_backward(const BackwardBlock& block, cudaStream_t stream, hopper::Qu
     if (problem.num_segments == 0) return;
     // Every launch counts its key tiles' turns from zero.
     if (turns != nullptr) problem.dq_turns = turns->zeroed(q.size(0) * q.size(2) * query_tiles, stream);
+    problem.head_parts =
+        hopper::backward_head_parts(int64_t{problem.key_tiles} * problem.kv_heads * problem.batch,
+                                    problem.heads / problem.kv_heads, multiprocessors, turns != nullptr);
     launch(problem, stream);
     problem.num_segments = 0;
     problem.key_tiles = 0;
