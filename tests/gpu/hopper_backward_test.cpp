@@ -323,13 +323,14 @@ TEST_F(HopperBackward, GroupedQueryAttentionAndBatches) {
 TEST_F(HopperBackward, GroupOfQueryHeadsInPartsAndWhole) {
   // A launch of few CTAs splits each kv head's group of query heads over several CTAs (backward_head_parts.hpp), which
   // add their dK and dV by atomics; the small blocks above split it into single heads. Here the key tiles are sized
-  // so that the group of 4 goes in 2 parts of 2 heads, and whole; a narrow window keeps the fp64 reference cheap.
+  // so that the group of 4 goes in 2 parts of 2 heads, and whole, over batches and kv heads. A narrow window keeps the
+  // fp64 reference's work small (it still tests every pair for visibility: rows x keys x heads x batch).
   const int multiprocessors = cuda::hopper::gpu_facts(kGpu.index).multiprocessors;
   const int64_t fill = cuda::hopper::kBackwardFillWaves * multiprocessors;
-  constexpr int64_t kKvHeads = 2, kGroup = 4;
+  constexpr int64_t kBatch = 4, kKvHeads = 8, kGroup = 4;
   for (const int parts : {2, 1}) {
-    const int64_t key_tiles = (fill + kKvHeads * parts - 1) / (kKvHeads * parts);
-    ASSERT_EQ(cuda::hopper::backward_head_parts(key_tiles * kKvHeads, kGroup, multiprocessors, false), parts);
+    const int64_t key_tiles = (fill + kBatch * kKvHeads * parts - 1) / (kBatch * kKvHeads * parts);
+    ASSERT_EQ(cuda::hopper::backward_head_parts(key_tiles * kKvHeads * kBatch, kGroup, multiprocessors, false), parts);
     const int64_t keys = key_tiles * cuda::hopper::kBackwardKeyTile - 5;  // the last tile not full
     for (const int64_t head_dim : {64, 128}) {
       const std::string reason = unsupported(DType::bf16, head_dim);
@@ -340,7 +341,7 @@ TEST_F(HopperBackward, GroupOfQueryHeadsInPartsAndWhole) {
                   0,
                   {{keys, 0}},
                   AttentionMask{15, 0},
-                  1,
+                  kBatch,
                   kKvHeads * kGroup,
                   kKvHeads},
                  DType::bf16, head_dim, default_scale(head_dim));
