@@ -361,9 +361,12 @@ void cost_ulysses(StrategyCost& cost, const Problem& problem) {
   add_transfer_phase(cost.backward, problem, "all-to-all q,k,v,out,dout,lse",
                      group_all_to_all(ranks, ranks, {q_part, kv_part, kv_part, q_part, q_part, lse_part}));
   add_attention_phase(cost.backward, problem, kBackwardFlopRatio * flop);
-  // A rank's dk, dv are complete after its local backward, so they travel in the input dtype.
-  add_transfer_phase(cost.backward, problem, "all-to-all dq,dk,dv",
-                     group_all_to_all(ranks, ranks, {q_part, kv_part, kv_part}));
+  // The block kernels' gradients travel in fp32, so that the contributions of several ranks to a
+  // kv head are summed before the one rounding to the input dtype (ulysses_strategy.cpp).
+  const int64_t q_gradient_part = problem.bytes(tokens, shape.heads / ranks, kFp32Bytes);
+  const int64_t kv_gradient_part = problem.bytes(tokens, ulysses_kv_heads_per_rank(shape, ranks), kFp32Bytes);
+  add_transfer_phase(cost.backward, problem, "all-to-all dq,dk,dv (fp32)",
+                     group_all_to_all(ranks, ranks, {q_gradient_part, kv_gradient_part, kv_gradient_part}));
 }
 
 void cost_allgather(StrategyCost& cost, const Problem& problem) {

@@ -1,6 +1,9 @@
 #pragma once
 // The packer of the Ulysses strategies' all-to-alls: one exchange carries several tensors at once
-// (q, k and v; or out and lse; ...), each peer's block holding one part per tensor.
+// (q, k and v; or out and lse; ...), each peer's piece of each tensor one part of that peer's block.
+// A part whose pieces are the sequence chunks of one of the strategy's own tensors (batch 1: the
+// chunk of every peer is contiguous there) can travel straight from that tensor or land straight
+// in it, so that no copy packs or unpacks it.
 
 #include <cstddef>
 #include <cstdint>
@@ -10,13 +13,16 @@
 
 #include "kernels/block_kernels.hpp"
 #include "spattn/communicator.hpp"
+#include "spattn/error.hpp"
 #include "spattn/tensor.hpp"
 #include "strategies/device_buffer.hpp"
 
 namespace spattn {
 
-// The send and receive buffers of one all-to-all that carries several tensors at once. The block
-// of every peer has the same size (an all-to-all needs that) and holds one part per tensor.
+// The send and receive buffers of one all-to-all that carries several tensors at once. Every
+// peer's block has the same parts, each of one shape, in the same places. This rank's own piece
+// of a part never travels: to_send(rank, part) and received(rank, part) are the same memory, so
+// that what packing writes there is what unpacking reads.
 class AllToAllExchange {
  public:
   // Every part starts at a multiple of this, so an fp32 part after a bf16 one stays aligned
@@ -28,35 +34,97 @@ class AllToAllExchange {
   void add_part(DType dtype, std::initializer_list<int64_t> dims) {
     parts.push_back(TensorView::contiguous(nullptr, dtype, dims));
     part_offsets.push_back(block_bytes);
+    placed.emplace_back();
     const std::size_t end = block_bytes + static_cast<std::size_t>(parts.back().numel()) * dtype_size(dtype);
     block_bytes = (end + kPartAlignment - 1) / kPartAlignment * kPartAlignment;
   }
 
-  // At the first call only: the buffers then serve every later call.
-  void allocate(BlockKernels& kernels, int ranks) {
+  // Whether `gathered` can hold `part`'s pieces of `ranks` peers: its sequence chunks (dim 1), one
+  // part long each, contiguous and of the part's dtype and shape.
+  bool can_place(int part, const TensorView& gathered, int ranks) const {
+    const TensorView& shape = parts[static_cast<std::size_t>(part)];
+    if (gathered.dtype != shape.dtype || gathered.ndim != shape.ndim || gathered.size(1) != shape.size(1) * ranks)
+      return false;
+    for (int dim = 0; dim < shape.ndim; ++dim)
+      if (dim != 1 && gathered.size(dim) != shape.size(dim)) return false;
+    return gathered.slice(1, 0, shape.size(1)).is_contiguous();
+  }
+
+  // `part`'s pieces go out of `gathered` (chunk p to peer p) instead of the send buffer.
+  void send_from(int part, const TensorView& gathered) { place(part, gathered, Side::send); }
+  // `part`'s pieces land in `gathered` (chunk j from peer j) instead of the receive buffer.
+  void receive_into(int part, const TensorView& gathered) { place(part, gathered, Side::receive); }
+
+  // At the first call only: the buffers then serve every later call, over `comm`.
+  void allocate(BlockKernels& kernels, const Communicator& comm) {
     if (send_buffer.data()) return;
     device = kernels.device();
-    send_buffer = DeviceBuffer(kernels, block_bytes * static_cast<std::size_t>(ranks));
-    receive_buffer = DeviceBuffer(kernels, block_bytes * static_cast<std::size_t>(ranks));
-    // Padding and unused kv-head room travel too: zero them once so no uninitialized byte moves.
+    own_rank = comm.rank();
+    const auto ranks = static_cast<std::size_t>(comm.size());
+    send_buffer = DeviceBuffer(kernels, block_bytes * ranks);
+    receive_buffer = DeviceBuffer(kernels, block_bytes * ranks);
+    // Unused kv-head room travels too: zero it once so no uninitialized byte moves.
     kernels.fill(TensorView::contiguous(send_buffer.data(), DType::f32,
-                                        {static_cast<int64_t>(block_bytes / sizeof(float)) * ranks}, device),
+                                        {static_cast<int64_t>(block_bytes / sizeof(float) * ranks)}, device),
                  0.0f);
   }
 
-  TensorView to_send(int peer, int part) const { return view(send_buffer, peer, part); }
-  TensorView received(int peer, int part) const { return view(receive_buffer, peer, part); }
-
-  std::unique_ptr<PendingTransfer> start(Communicator& comm) const {
-    return comm.start_all_to_all(send_buffer.data(), receive_buffer.data(), block_bytes);
+  TensorView to_send(int peer, int part) const { return piece(peer, part, Side::send, send_buffer); }
+  TensorView received(int peer, int part) const {
+    return peer == own_rank ? to_send(peer, part) : piece(peer, part, Side::receive, receive_buffer);
   }
 
-  // Bytes of one peer's block (padding included: it travels too).
-  std::size_t bytes_per_peer() const { return block_bytes; }
+  // Sends this rank's pieces to every peer and receives theirs, one message per part (the same on
+  // every rank, wherever each rank keeps the part); the own piece stays.
+  std::unique_ptr<PendingTransfer> start(Communicator& comm) {
+    batch.sends.clear();
+    batch.receives.clear();
+    for (int peer = 0; peer < comm.size(); ++peer) {
+      if (peer == own_rank) continue;
+      for (int part = 0; part < static_cast<int>(parts.size()); ++part) {
+        batch.sends.push_back({to_send(peer, part).data, part_bytes(part), peer});
+        batch.receives.push_back({received(peer, part).data, part_bytes(part), peer});
+      }
+    }
+    return comm.start(batch);
+  }
+
+  // Bytes that go to each peer.
+  std::size_t bytes_per_peer() const {
+    std::size_t bytes = 0;
+    for (int part = 0; part < static_cast<int>(parts.size()); ++part) bytes += part_bytes(part);
+    return bytes;
+  }
+
+  // Whether `part`'s pieces live in a tensor of the strategy (send_from, receive_into).
+  bool is_placed(int part) const { return placed[static_cast<std::size_t>(part)].data() != nullptr; }
 
  private:
-  TensorView view(const DeviceBuffer& buffer, int peer, int part) const {
+  enum class Side { send, receive };
+  struct Placement {
+    TensorView gathered;
+    Side side = Side::send;
+    const void* data() const { return gathered.data; }
+  };
+
+  void place(int part, const TensorView& gathered, Side side) {
+    const TensorView& shape = parts[static_cast<std::size_t>(part)];
+    SPATTN_CHECK(can_place(part, gathered, static_cast<int>(gathered.size(1) / shape.size(1))),
+                 "all-to-all part " << part << " " << shape.describe() << " cannot live in " << gathered.describe());
+    placed[static_cast<std::size_t>(part)] = {gathered, side};
+  }
+
+  std::size_t part_bytes(int part) const {
+    const TensorView& shape = parts[static_cast<std::size_t>(part)];
+    return static_cast<std::size_t>(shape.numel()) * dtype_size(shape.dtype);
+  }
+
+  TensorView piece(int peer, int part, Side side, const DeviceBuffer& buffer) const {
+    const Placement& placement = placed[static_cast<std::size_t>(part)];
     TensorView tensor = parts[static_cast<std::size_t>(part)];
+    // The own piece of a part that lands in a tensor is packed straight into it.
+    if (placement.data() && (placement.side == side || peer == own_rank))
+      return placement.gathered.slice(1, peer * tensor.size(1), tensor.size(1));
     tensor.device = device;
     tensor.data = static_cast<char*>(buffer.data()) + static_cast<std::size_t>(peer) * block_bytes +
                   part_offsets[static_cast<std::size_t>(part)];
@@ -65,10 +133,13 @@ class AllToAllExchange {
 
   std::vector<TensorView> parts;  // shapes and dtypes, no data
   std::vector<std::size_t> part_offsets;
+  std::vector<Placement> placed;  // per part: the strategy's tensor its pieces live in, or none
   std::size_t block_bytes = 0;
   Device device{};
+  int own_rank = -1;  // in the communicator of allocate()
   DeviceBuffer send_buffer;     // block p goes to rank p
   DeviceBuffer receive_buffer;  // block j comes from rank j
+  TransferBatch batch;          // reused by every start, keeping its capacity
 };
 
 }  // namespace spattn

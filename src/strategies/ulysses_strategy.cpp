@@ -150,7 +150,7 @@ class UlyssesStrategy final : public StrategyBase {
     if (inner_profile) recorder.fold_nested(kAttentionStep, *inner_profile);
 
     recorder.compute(kToSequenceStep, [&] {
-      pack_sequence_shards(full_out, kBshd, forward_results, kOutPart);
+      pack_sequence_shards(out_to_send(), kBshd, forward_results, kOutPart);
       pack_sequence_shards(full_lse, kBhs, forward_results, kLsePart);
     });
     exchange(recorder, kToSequenceStep, forward_results);
@@ -280,8 +280,15 @@ class UlyssesStrategy final : public StrategyBase {
   void ensure_forward_workspace() {
     ensure_head_shards();
     ensure_full_out();
-    forward_inputs.allocate(*kernels, ranks);
-    forward_results.allocate(*kernels, ranks);
+    if (forward_exchanges_ready) return;
+    forward_exchanges_ready = true;
+    // The block kernels write the final out in the call's dtype, the part that travels.
+    if (!across.inner)
+      full_final_out = allocate(forward_buffers, shape.dtype, {shape.batch, group_seq, heads_per_rank, shape.head_dim});
+    forward_inputs.allocate(*kernels, comm);
+    forward_results.allocate(*kernels, comm);
+    place_inputs(forward_inputs);
+    place(forward_results, kOutPart, out_to_send(), Side::send);
   }
   void ensure_backward_workspace() {
     ensure_head_shards();
@@ -296,9 +303,34 @@ class UlyssesStrategy final : public StrategyBase {
     full_dv = allocate(backward_buffers, result_dtype, {B, group_seq, own_kv_heads, D});
     dk_sum = allocate(backward_buffers, DType::f32, {B, local_seq, shape.kv_heads, D});
     dv_sum = allocate(backward_buffers, DType::f32, {B, local_seq, shape.kv_heads, D});
-    backward_inputs.allocate(*kernels, ranks);
-    gradients.allocate(*kernels, ranks);
+    backward_inputs.allocate(*kernels, comm);
+    gradients.allocate(*kernels, comm);
+    place_inputs(backward_inputs);
+    place(backward_inputs, kDoutPart, full_dout, Side::receive);
+    if (output_travels()) place(backward_inputs, kOutputPart, full_out, Side::receive);
+    place(gradients, kDqPart, full_dq, Side::send);
+    place(gradients, kDkPart, full_dk, Side::send);
+    place(gradients, kDvPart, full_dv, Side::send);
   }
+
+  // Where an all-to-all part's pieces can be the sequence chunks of a gathered tensor (batch 1,
+  // and the part's dtype and heads: out and dk, dv of the block kernels are fp32 here, and a rank
+  // that reads fewer kv heads than the block holds keeps them apart), they travel from or land in
+  // it, and nothing packs or unpacks them.
+  enum class Side { send, receive };
+  void place(AllToAllExchange& exchange, int part, const TensorView& gathered, Side side) {
+    if (!exchange.can_place(part, gathered, ranks)) return;
+    if (side == Side::send) exchange.send_from(part, gathered);
+    else exchange.receive_into(part, gathered);
+  }
+  void place_inputs(AllToAllExchange& inputs) {
+    place(inputs, kQPart, full_q, Side::receive);
+    place(inputs, kKPart, full_k, Side::receive);
+    place(inputs, kVPart, full_v, Side::receive);
+  }
+
+  // The forward's out over the gathered sequence in the call's dtype: what goes back to the ranks.
+  const TensorView& out_to_send() const { return across.inner ? full_out : full_final_out; }
 
   // Every rank's chunks with their offsets in the gathered sequence.
   std::vector<SequenceChunk> gathered_parts() const {
@@ -314,7 +346,7 @@ class UlyssesStrategy final : public StrategyBase {
   // Attention of this rank's query heads over the whole sequence with the block kernels.
   void attend_locally_forward() {
     for (const SequenceChunk& rows : pairing.rows_without_keys) {
-      kernels->fill(full_out.slice(kBshd.seq, rows.local_offset, rows.length), 0.0f);
+      kernels->fill(full_final_out.slice(kBshd.seq, rows.local_offset, rows.length), 0.0f);
       kernels->fill(full_lse.slice(kBhs.seq, rows.local_offset, rows.length), -std::numeric_limits<float>::infinity());
     }
     for (const HeadGroup& group : groups)
@@ -332,6 +364,7 @@ class UlyssesStrategy final : public StrategyBase {
         forward_block.scale = scale;
         forward_block.out = queries(full_out, kBshd);
         forward_block.lse = queries(full_lse, kBhs);
+        forward_block.final_out = queries(full_final_out, kBshd);
         kernels->forward(forward_block);
       }
   }
@@ -376,7 +409,7 @@ class UlyssesStrategy final : public StrategyBase {
       }
   }
 
-  void exchange(ProfileRecorder& recorder, int step, const AllToAllExchange& blocks) {
+  void exchange(ProfileRecorder& recorder, int step, AllToAllExchange& blocks) {
     const int peers = comm.size() - 1;
     recorder.sent(step, static_cast<double>(blocks.bytes_per_peer()) * peers, peers);
     std::unique_ptr<PendingTransfer> transfer = blocks.start(comm);
@@ -393,15 +426,19 @@ class UlyssesStrategy final : public StrategyBase {
     }
   }
 
-  // Blocks -> head shard: block j holds rank j's tokens, which go to their place in the sequence.
+  // Blocks -> head shard: block j holds rank j's tokens, which go to their place in the sequence
+  // (where they landed already when the part is placed there).
   void unpack_sequence_shards(const AllToAllExchange& blocks, int part, Axes axes, TensorView full) {
+    if (blocks.is_placed(part)) return;
     for (int source = 0; source < ranks; ++source)
       kernels->copy(blocks.received(source, part).slice(axes.head, 0, full.size(axes.head)),
                     full.slice(axes.seq, source * local_seq, local_seq));
   }
 
-  // Head shard -> blocks: the block for peer p gets p's tokens of this rank's heads.
+  // Head shard -> blocks: the block for peer p gets p's tokens of this rank's heads (which travel
+  // from `full` itself when the part is placed there).
   void pack_sequence_shards(const TensorView& full, Axes axes, const AllToAllExchange& blocks, int part) {
+    if (blocks.is_placed(part)) return;
     for (int peer = 0; peer < ranks; ++peer)
       kernels->copy(full.slice(axes.seq, peer * local_seq, local_seq),
                     blocks.to_send(peer, part).slice(axes.head, 0, full.size(axes.head)));
@@ -457,6 +494,9 @@ class UlyssesStrategy final : public StrategyBase {
   TensorView full_k;    // (B, group_seq, own_kv_heads, D)
   TensorView full_v;    // (B, group_seq, own_kv_heads, D)
   TensorView full_lse;  // (B, H/ranks, group_seq) fp32: written by forward, received by backward
+  bool forward_exchanges_ready = false;  // their buffers allocated and parts placed
+  std::vector<DeviceBuffer> forward_buffers;
+  TensorView full_final_out;  // (B, group_seq, H/ranks, D) the call's dtype, block kernels: their final out
   std::vector<DeviceBuffer> out_buffers;
   TensorView full_out;  // (B, group_seq, H/ranks, D) result_dtype: written by forward, received by backward when
                         // output_travels()
