@@ -136,7 +136,7 @@ class AllToAllExchange {
   std::vector<Placement> placed;  // per part: the strategy's tensor its pieces live in, or none
   std::size_t block_bytes = 0;
   Device device{};
-  int own_rank = -1;  // in the communicator of allocate()
+  int own_rank = -1;            // in the communicator of allocate()
   DeviceBuffer send_buffer;     // block p goes to rank p
   DeviceBuffer receive_buffer;  // block j comes from rank j
   TransferBatch batch;          // reused by every start, keeping its capacity

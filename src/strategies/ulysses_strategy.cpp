@@ -2,7 +2,9 @@
 // sequence of query heads [r H/N, (r+1) H/N) and of the kv heads they read), attention runs
 // locally over the whole sequence, and an all-to-all turns the results back into sequence shards.
 // Backward moves its inputs the same way and sends the gradients back, summing the gradients of
-// kv heads that several ranks read.
+// kv heads that several ranks read. At batch 1 the gathered head shards (q, k, v, dout; the final
+// out, dq, dk, dv) are where the all-to-alls land or start (AllToAllExchange::receive_into,
+// send_from): only the sequence shards' heads are packed and unpacked.
 //
 // USP (usp_strategy.cpp) is the same code inside groups of N1 consecutive ranks, with a rotation
 // across the groups attending the head shards instead of the local block kernels.
@@ -320,8 +322,10 @@ class UlyssesStrategy final : public StrategyBase {
   enum class Side { send, receive };
   void place(AllToAllExchange& exchange, int part, const TensorView& gathered, Side side) {
     if (!exchange.can_place(part, gathered, ranks)) return;
-    if (side == Side::send) exchange.send_from(part, gathered);
-    else exchange.receive_into(part, gathered);
+    if (side == Side::send)
+      exchange.send_from(part, gathered);
+    else
+      exchange.receive_into(part, gathered);
   }
   void place_inputs(AllToAllExchange& inputs) {
     place(inputs, kQPart, full_q, Side::receive);
