@@ -17,6 +17,13 @@ struct ReferenceResult {
   std::vector<double> dq;
   std::vector<double> dk;
   std::vector<double> dv;
+  /// The largest sum of the magnitudes of the terms that make one element of dq, dk or dv. A
+  /// gradient can be a near cancellation of much larger terms (dS = P (dP - delta) of a row whose
+  /// softmax is one-hot, times keys of magnitude 100): fp32 round-off then scales with these
+  /// sums, not with the gradient. 0 without gradients.
+  double dq_terms = 0;
+  double dk_terms = 0;
+  double dv_terms = 0;
 };
 
 /// Attention of the full sequence in fp64 from inputs of any dtype on the host (their values as

@@ -7,6 +7,7 @@
 // runs its own blocks in two parts, at step 0 and after the last step, and keeps their gradient,
 // so that the last hop travels while it still computes.
 
+#include <cstdint>
 #include <limits>
 #include <map>
 #include <optional>
@@ -64,7 +65,8 @@ class RotationStrategy final : public StrategyBase {
         ranks(communicator.size()),
         slots(schedule.slots()),
         slot_cut(sequence_layout, slots),
-        own_gradient_stays(keeps_own_gradient(sequence_layout)) {
+        own_gradient_stays(keeps_own_gradient(sequence_layout)),
+        own_slot_runs(slot_runs_in_shard()) {
     const DocumentLayout* packed = documents ? &*documents : nullptr;
     for (int step = 0; step < ranks; ++step)
       blocks_of_step.push_back(rotation_step_blocks(sequence_layout, slot_cut, schedule, mask, packed, rank, step));
@@ -78,8 +80,9 @@ class RotationStrategy final : public StrategyBase {
     ensure_forward_workspace();
     ProfileRecorder recorder(profile, ranks, *kernels, "forward");
     int current = 0;
+    SlotSet held;
     recorder.compute(0, [&] {
-      fill_own_slots(k, v, rotating_kv[current]);
+      held = own_slots(k, v, rotating_kv[current]);
       // The first block of a chunk writes its rows, the last converts them into out, and lse
       // accumulates in place: only rows that no block sees (padding among them) are written here.
       for (const SequenceChunk& rows : rows_without_blocks) {
@@ -89,11 +92,12 @@ class RotationStrategy final : public StrategyBase {
     });
     for (int step = 0; step < ranks; ++step) {
       std::unique_ptr<PendingTransfer> rotation;
-      if (step + 1 < ranks) rotation = start_rotation(rotating_kv[current], rotating_kv[1 - current], recorder, step);
-      recorder.compute(step, [&] { forward_step(q, rotating_kv[current], step, out, lse); });
+      if (step + 1 < ranks) rotation = start_rotation(held, rotating_kv[1 - current], recorder, step);
+      recorder.compute(step, [&] { forward_step(q, held, step, out, lse); });
       if (rotation) {
         recorder.wait(step, world, *rotation);
         current = 1 - current;
+        held = rotating_kv[current];
       }
     }
     recorder.finish();
@@ -106,8 +110,10 @@ class RotationStrategy final : public StrategyBase {
     ensure_backward_workspace();
     ProfileRecorder recorder(profile, ranks, *kernels, "backward");
     int current = 0;
+    SlotSet own, held;
     recorder.compute(0, [&] {
-      fill_own_slots(k, v, rotating_kv[current]);
+      own = own_slots(k, v, rotating_kv[current]);
+      held = own;
       kernels->prepare_backward_delta(out, dout, delta);
       kernels->fill(dq_accumulator, 0.0f);
     });
@@ -118,14 +124,14 @@ class RotationStrategy final : public StrategyBase {
     std::unique_ptr<PendingTransfer> gradient_hop;
     for (int step = 0; step < ranks; ++step) {
       std::unique_ptr<PendingTransfer> rotation;
-      if (step + 1 < ranks) rotation = start_rotation(rotating_kv[current], rotating_kv[1 - current], recorder, step);
+      if (step + 1 < ranks) rotation = start_rotation(held, rotating_kv[1 - current], recorder, step);
       const bool stays = step == 0 && own_gradient_stays;
       const SlotSet& contribution = stays ? own_kv_gradient : kv_gradient_contribution[step % 2];
       recorder.compute(step, [&] {
         fill_slots(contribution, 0.0f);
         backward_blocks(q, out, dout, lse,
-                        step == 0 ? own_blocks.early : blocks_of_step[static_cast<std::size_t>(step)],
-                        rotating_kv[current], contribution);
+                        step == 0 ? own_blocks.early : blocks_of_step[static_cast<std::size_t>(step)], held,
+                        contribution);
       });
       if (gradient_hop) {
         recorder.wait(step, world, *gradient_hop);
@@ -137,6 +143,7 @@ class RotationStrategy final : public StrategyBase {
       if (rotation) {
         recorder.wait(step, world, *rotation);
         current = 1 - current;
+        held = rotating_kv[current];
       }
     }
     const SlotSet* own_gradient = &own_kv_gradient;
@@ -145,10 +152,10 @@ class RotationStrategy final : public StrategyBase {
       if (!own_blocks.late.empty()) {
         recorder.compute(ranks - 1, [&] {
           // The held keys and values are the last step's, still read by its blocks; the other
-          // buffer is free (no rotation follows the last step) and takes the own slots again
-          // (at 2 ranks it never received, and still holds them).
-          if (ranks > 2) fill_own_slots(k, v, rotating_kv[1 - current]);
-          backward_blocks(q, out, dout, lse, own_blocks.late, rotating_kv[1 - current], own_kv_gradient);
+          // buffer is free (no rotation follows the last step) and takes the copied own slots
+          // again (at 2 ranks it never received, and still holds them).
+          if (ranks > 2) own = own_slots(k, v, rotating_kv[1 - current]);
+          backward_blocks(q, out, dout, lse, own_blocks.late, own, own_kv_gradient);
         });
       }
     } else if (ranks > 1) {
@@ -237,12 +244,56 @@ class RotationStrategy final : public StrategyBase {
         if (piece.length > 0) visit(piece.shard_offset, slot, piece.slot_offset, piece.length);
   }
 
-  // Cuts this rank's keys and values into its slots.
-  void fill_own_slots(const TensorView& k, const TensorView& v, const SlotSet& own) {
+  // Where each own slot lies in the shard as one run of tokens in slot order (its first token's
+  // shard offset), or nothing: its pieces apart (zigzag's two chunks cut into several slots) or
+  // not filling it.
+  std::vector<std::optional<int64_t>> slot_runs_in_shard() const {
+    std::vector<int64_t> first(static_cast<std::size_t>(slots), -1), covered(static_cast<std::size_t>(slots), 0);
+    std::vector<bool> in_order(static_cast<std::size_t>(slots), true);
     for_each_own_piece([&](int64_t shard_offset, int slot, int64_t slot_offset, int64_t length) {
-      kernels->copy(k.slice(1, shard_offset, length), own[slot].k.slice(1, slot_offset, length));
-      kernels->copy(v.slice(1, shard_offset, length), own[slot].v.slice(1, slot_offset, length));
+      const auto index = static_cast<std::size_t>(slot);
+      if (first[index] < 0) first[index] = shard_offset - slot_offset;
+      in_order[index] = in_order[index] && shard_offset - slot_offset == first[index];
+      covered[index] += length;
     });
+    std::vector<std::optional<int64_t>> runs(static_cast<std::size_t>(slots));
+    for (int slot = 0; slot < slots; ++slot) {
+      const auto index = static_cast<std::size_t>(slot);
+      if (first[index] >= 0 && in_order[index] && covered[index] == slot_cut.slot_length(slot))
+        runs[index] = first[index];
+    }
+    return runs;
+  }
+
+  // This rank's keys and values as its slots: a slot that is one run of the shard is a view of k
+  // and v where that view is laid out as a slot buffer (batch 1: contiguous) and aligned as device
+  // allocations are, so that nothing is copied; the others are copied into `buffer`'s slots.
+  SlotSet own_slots(const TensorView& k, const TensorView& v, const SlotSet& buffer) {
+    // cudaMalloc's alignment; the own Hopper kernels' tensor memory accelerator needs 16 bytes.
+    constexpr uintptr_t kAllocationAlignment = 256;
+    const auto like_a_buffer = [](const TensorView& view) {
+      return view.is_contiguous() && reinterpret_cast<uintptr_t>(view.data) % kAllocationAlignment == 0;
+    };
+    SlotSet own = buffer;
+    for (int slot = 0; slot < slots; ++slot) {
+      const std::optional<int64_t>& run = own_slot_runs[static_cast<std::size_t>(slot)];
+      if (run) {
+        const KvTensors view{k.slice(1, *run, slot_cut.slot_length(slot)),
+                             v.slice(1, *run, slot_cut.slot_length(slot))};
+        if (like_a_buffer(view.k) && like_a_buffer(view.v)) {
+          own[static_cast<std::size_t>(slot)] = view;
+          continue;
+        }
+      }
+      for (const SlotPiece& piece : slot_cut.slot_pieces(sequence_layout, rank, slot)) {
+        if (piece.length == 0) continue;
+        kernels->copy(k.slice(1, piece.shard_offset, piece.length),
+                      own[slot].k.slice(1, piece.slot_offset, piece.length));
+        kernels->copy(v.slice(1, piece.shard_offset, piece.length),
+                      own[slot].v.slice(1, piece.slot_offset, piece.length));
+      }
+    }
+    return own;
   }
 
   // Puts the slots' gradients back in shard order, converting to the caller's dtype.
@@ -376,6 +427,7 @@ class RotationStrategy final : public StrategyBase {
   std::vector<std::vector<RotationStepBlock>> blocks_of_step;  // this rank's blocks, per step
   OwnBlockSplit own_blocks;                                    // step 0's blocks as the backward runs them
   const bool own_gradient_stays;                               // keeps_own_gradient
+  const std::vector<std::optional<int64_t>> own_slot_runs;     // slot_runs_in_shard
   struct BlockPosition {
     int step;
     const RotationStepBlock* block;

@@ -91,8 +91,24 @@ ReferenceResult reference_attention(const TensorView& q, const TensorView& k, co
   auto q_row = [&](int64_t b, int64_t s, int64_t h) { return ((b * sequence + s) * heads + h) * head_dim; };
   auto kv_row = [&](int64_t b, int64_t s, int64_t h) { return ((b * sequence + s) * kv_heads + h) * head_dim; };
 
+  // max_d |x| of each (B, S, heads, D) row.
+  const auto row_maxima = [head_dim](const std::vector<double>& x) {
+    std::vector<double> maxima(x.size() / static_cast<std::size_t>(head_dim), 0.0);
+    for (std::size_t row = 0; row < maxima.size(); ++row)
+      for (int64_t d = 0; d < head_dim; ++d)
+        maxima[row] =
+            std::max(maxima[row], std::abs(x[row * static_cast<std::size_t>(head_dim) + static_cast<std::size_t>(d)]));
+    return maxima;
+  };
+  const std::vector<double> key_maxima = row_maxima(key);
+  const std::vector<double> query_maxima = row_maxima(query);
+  const std::vector<double> out_gradient_maxima = with_gradients ? row_maxima(out_gradient) : std::vector<double>{};
+  // Per key row (B, S, HK): the sums of term magnitudes of its dk and dv elements.
+  std::vector<double> dk_terms(key_maxima.size(), 0.0), dv_terms(key_maxima.size(), 0.0);
+  double dq_terms = 0.0;
+
   // One (batch, kv head) per thread: dk and dv of a kv head sum over its query heads.
-#pragma omp parallel for collapse(2) schedule(dynamic)
+#pragma omp parallel for collapse(2) schedule(dynamic) reduction(max : dq_terms)
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t kv_head = 0; kv_head < kv_heads; ++kv_head) {
       std::vector<double> probabilities(static_cast<std::size_t>(sequence));
@@ -127,16 +143,29 @@ ReferenceResult reference_attention(const TensorView& q, const TensorView& k, co
           if (!with_gradients) continue;
           const double* dout_i = &out_gradient[static_cast<std::size_t>(q_row(b, i, h))];
           // delta = dout_i . out_i
-          double delta = 0.0;
-          for (int64_t d = 0; d < head_dim; ++d) delta += dout_i[d] * out_i[d];
+          double delta = 0.0, delta_terms = 0.0;
+          for (int64_t d = 0; d < head_dim; ++d) {
+            delta += dout_i[d] * out_i[d];
+            delta_terms += std::abs(dout_i[d] * out_i[d]);
+          }
           double* dq_i = &result.dq[static_cast<std::size_t>(q_row(b, i, h))];
+          const auto query_row = static_cast<std::size_t>(q_row(b, i, h) / head_dim);
+          double dq_i_terms = 0.0;
           for (int64_t j = first; j <= last; ++j) {
             const std::size_t kv = static_cast<std::size_t>(kv_row(b, j, kv_head));
+            const std::size_t key_row = kv / static_cast<std::size_t>(head_dim);
             const double p = probabilities[static_cast<std::size_t>(j)];
             // dp_j = dout_i . v_j ;  ds_j = p_j (dp_j - delta)
-            double dp = 0.0;
-            for (int64_t d = 0; d < head_dim; ++d) dp += dout_i[d] * value[kv + static_cast<std::size_t>(d)];
+            double dp = 0.0, dp_terms = 0.0;
+            for (int64_t d = 0; d < head_dim; ++d) {
+              dp += dout_i[d] * value[kv + static_cast<std::size_t>(d)];
+              dp_terms += std::abs(dout_i[d] * value[kv + static_cast<std::size_t>(d)]);
+            }
             const double ds = p * (dp - delta);
+            const double ds_terms = scale * p * (dp_terms + delta_terms);
+            dq_i_terms += ds_terms * key_maxima[key_row];
+            dk_terms[key_row] += ds_terms * query_maxima[query_row];
+            dv_terms[key_row] += p * out_gradient_maxima[query_row];
             // dq_i += scale ds_j k_j ;  dk_j += scale ds_j q_i ;  dv_j += p_j dout_i
             for (int64_t d = 0; d < head_dim; ++d) {
               const std::size_t e = kv + static_cast<std::size_t>(d);
@@ -145,8 +174,14 @@ ReferenceResult reference_attention(const TensorView& q, const TensorView& k, co
               result.dv[e] += p * dout_i[d];
             }
           }
+          dq_terms = std::max(dq_terms, dq_i_terms);
         }
     }
+  if (with_gradients) {
+    result.dq_terms = dq_terms;
+    result.dk_terms = *std::max_element(dk_terms.begin(), dk_terms.end());
+    result.dv_terms = *std::max_element(dv_terms.begin(), dv_terms.end());
+  }
   return result;
 }
 
