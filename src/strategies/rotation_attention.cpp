@@ -266,13 +266,14 @@ class RotationStrategy final : public StrategyBase {
   }
 
   // This rank's keys and values as its slots: a slot that is one run of the shard is a view of k
-  // and v where that view is laid out as a slot buffer (batch 1: contiguous) and aligned as device
-  // allocations are, so that nothing is copied; the others are copied into `buffer`'s slots.
+  // and v where that view is laid out as a slot buffer (batch 1: contiguous) and 16-byte aligned,
+  // so that nothing is copied; the others are copied into `buffer`'s slots.
   SlotSet own_slots(const TensorView& k, const TensorView& v, const SlotSet& buffer) {
-    // cudaMalloc's alignment; the own Hopper kernels' tensor memory accelerator needs 16 bytes.
-    constexpr uintptr_t kAllocationAlignment = 256;
+    // What the GPU kernels ask of a tensor's start: the own Hopper kernels' tensor memory
+    // accelerator and cuDNN take 16-byte aligned ones.
+    constexpr uintptr_t kKernelAlignment = 16;
     const auto like_a_buffer = [](const TensorView& view) {
-      return view.is_contiguous() && reinterpret_cast<uintptr_t>(view.data) % kAllocationAlignment == 0;
+      return view.is_contiguous() && reinterpret_cast<uintptr_t>(view.data) % kKernelAlignment == 0;
     };
     SlotSet own = buffer;
     for (int slot = 0; slot < slots; ++slot) {
