@@ -10,12 +10,12 @@ namespace {
 
 // Relative to the largest reference magnitude: the floor under the 2x criterion, so that two
 // runs that both match the reference to fp32 round-off are not told apart by noise. For dq, dk
-// and dv the magnitude is the largest of out, dq, dk and dv, or of the sums of an element's term
-// magnitudes where those are larger: a gradient is a difference of terms (dS = P (dP - delta),
-// delta = rowsum(dout * out), times k or q), so its round-off scales with them, even where the
-// difference itself is nearly zero (a row that sees a single key has dq = 0 exactly; scores of
-// 1e4 from keys of magnitude 100 leave dq the round-off of dP - delta times those keys, which
-// depends on the order in which the BLAS sums dP, and that order on the block's shape).
+// and dv the magnitude is the largest of out, dq, dk and dv; for out and the gradients, the
+// reference's scale of round-off (ReferenceResult::out_terms, dq_terms, ...) where that is larger:
+// a gradient is a difference of terms (dS = P (dP - delta), delta = rowsum(dout * out), times k or
+// q), so its round-off scales with them, even where the difference itself is nearly zero (a row
+// that sees a single key has dq = 0 exactly), and at scores of 1e4 an ulp of a score moves its
+// probability by 1e-3, in an order of rounding that the BLAS picks by the block's shape.
 constexpr double kRelativeFloor = 1e-6;
 
 // max |x - reference|; +inf when x has a non-finite element where the reference is finite (an
@@ -43,9 +43,9 @@ std::vector<OutputError> compare_with_reference(const AttentionOutputs& distribu
     const HostTensor& distributed;
     const HostTensor& single_rank;
     const std::vector<double>& reference;
-    double terms;  // ReferenceResult's sum of term magnitudes (gradients)
+    double terms;  // ReferenceResult's scale of round-off (0 for lse)
   };
-  const Output outputs[] = {{"out", distributed.out, single_rank.out, reference.out, 0.0},
+  const Output outputs[] = {{"out", distributed.out, single_rank.out, reference.out, reference.out_terms},
                             {"lse", distributed.lse, single_rank.lse, reference.lse, 0.0},
                             {"dq", distributed.dq, single_rank.dq, reference.dq, reference.dq_terms},
                             {"dk", distributed.dk, single_rank.dk, reference.dk, reference.dk_terms},
@@ -63,8 +63,8 @@ std::vector<OutputError> compare_with_reference(const AttentionOutputs& distribu
     error.distributed = sizes_match ? max_error(output.distributed, output.reference) : std::numeric_limits<double>::infinity();
     error.single_rank = sizes_match ? max_error(output.single_rank, output.reference) : std::numeric_limits<double>::infinity();
     const bool is_gradient = &output.reference != &reference.out && &output.reference != &reference.lse;
-    error.bound = 2 * error.single_rank + kRelativeFloor * (is_gradient ? std::max(gradient_magnitude, output.terms)
-                                                                        : max_finite_magnitude(output.reference));
+    const double magnitude = is_gradient ? gradient_magnitude : max_finite_magnitude(output.reference);
+    error.bound = 2 * error.single_rank + kRelativeFloor * std::max(magnitude, output.terms);
     // A non-finite error (an unwritten element, a NaN) fails even when the baseline's does too.
     error.pass = std::isfinite(error.distributed) && std::isfinite(error.bound) && error.distributed <= error.bound;
     errors.push_back(error);

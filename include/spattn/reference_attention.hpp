@@ -17,10 +17,12 @@ struct ReferenceResult {
   std::vector<double> dq;
   std::vector<double> dk;
   std::vector<double> dv;
-  /// The largest sum of the magnitudes of the terms that make one element of dq, dk or dv. A
-  /// gradient can be a near cancellation of much larger terms (dS = P (dP - delta) of a row whose
-  /// softmax is one-hot, times keys of magnitude 100): fp32 round-off then scales with these
-  /// sums, not with the gradient. 0 without gradients.
+  /// The scale of fp32 round-off in one element of out, dq, dk or dv: the largest sum of the
+  /// magnitudes of its terms, each weighted by how far its probability moves when its score and
+  /// lse are rounded (1 + |scale q.k|'s terms + |lse|: at scores of 1e4 an ulp of the score moves
+  /// P by 1e-3). A result can be far smaller than its terms (dS = P (dP - delta) of a one-hot
+  /// softmax, times keys of 100); its round-off is not. The gradients' are 0 without gradients.
+  double out_terms = 0;
   double dq_terms = 0;
   double dk_terms = 0;
   double dv_terms = 0;

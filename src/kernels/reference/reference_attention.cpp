@@ -102,16 +102,18 @@ ReferenceResult reference_attention(const TensorView& q, const TensorView& k, co
   };
   const std::vector<double> key_maxima = row_maxima(key);
   const std::vector<double> query_maxima = row_maxima(query);
+  const std::vector<double> value_maxima = row_maxima(value);
   const std::vector<double> out_gradient_maxima = with_gradients ? row_maxima(out_gradient) : std::vector<double>{};
   // Per key row (B, S, HK): the sums of term magnitudes of its dk and dv elements.
   std::vector<double> dk_terms(key_maxima.size(), 0.0), dv_terms(key_maxima.size(), 0.0);
-  double dq_terms = 0.0;
+  double out_terms = 0.0, dq_terms = 0.0;
 
   // One (batch, kv head) per thread: dk and dv of a kv head sum over its query heads.
-#pragma omp parallel for collapse(2) schedule(dynamic) reduction(max : dq_terms)
+#pragma omp parallel for collapse(2) schedule(dynamic) reduction(max : out_terms, dq_terms)
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t kv_head = 0; kv_head < kv_heads; ++kv_head) {
       std::vector<double> probabilities(static_cast<std::size_t>(sequence));
+      std::vector<double> score_terms(static_cast<std::size_t>(sequence));  // scale sum_d |q_d k_d|
       for (int64_t h = kv_head * group; h < (kv_head + 1) * group; ++h)
         for (int64_t i = 0; i < sequence; ++i) {
           const auto row = static_cast<std::size_t>(i);
@@ -123,9 +125,13 @@ ReferenceResult reference_attention(const TensorView& q, const TensorView& k, co
           double max_score = kMinusInfinity;
           for (int64_t j = first; j <= last; ++j) {
             const double* k_j = &key[static_cast<std::size_t>(kv_row(b, j, kv_head))];
-            double dot = 0.0;
-            for (int64_t d = 0; d < head_dim; ++d) dot += q_i[d] * k_j[d];
+            double dot = 0.0, dot_terms = 0.0;
+            for (int64_t d = 0; d < head_dim; ++d) {
+              dot += q_i[d] * k_j[d];
+              dot_terms += std::abs(q_i[d] * k_j[d]);
+            }
             probabilities[static_cast<std::size_t>(j)] = scale * dot;
+            score_terms[static_cast<std::size_t>(j)] = scale * dot_terms;
             max_score = std::max(max_score, scale * dot);
           }
           // lse = m + log sum_j exp(s_j - m) ;  p_j = exp(s_j - lse)
@@ -134,12 +140,19 @@ ReferenceResult reference_attention(const TensorView& q, const TensorView& k, co
           const double lse = max_score + std::log(sum);
           result.lse[static_cast<std::size_t>((b * heads + h) * sequence + i)] = lse;
           double* out_i = &result.out[static_cast<std::size_t>(q_row(b, i, h))];
+          double out_i_terms = 0.0;
           for (int64_t j = first; j <= last; ++j) {
             double& p = probabilities[static_cast<std::size_t>(j)];
             p = std::exp(p - lse);
-            const double* v_j = &value[static_cast<std::size_t>(kv_row(b, j, kv_head))];
+            // How far P moves, relative, per unit of round-off in its score and in lse.
+            double& conditioning = score_terms[static_cast<std::size_t>(j)];
+            conditioning = 1.0 + conditioning + std::abs(lse);
+            const std::size_t kv = static_cast<std::size_t>(kv_row(b, j, kv_head));
+            out_i_terms += p * conditioning * value_maxima[kv / static_cast<std::size_t>(head_dim)];
+            const double* v_j = &value[kv];
             for (int64_t d = 0; d < head_dim; ++d) out_i[d] += p * v_j[d];
           }
+          out_terms = std::max(out_terms, out_i_terms);
           if (!with_gradients) continue;
           const double* dout_i = &out_gradient[static_cast<std::size_t>(q_row(b, i, h))];
           // delta = dout_i . out_i
@@ -162,10 +175,11 @@ ReferenceResult reference_attention(const TensorView& q, const TensorView& k, co
               dp_terms += std::abs(dout_i[d] * value[kv + static_cast<std::size_t>(d)]);
             }
             const double ds = p * (dp - delta);
-            const double ds_terms = scale * p * (dp_terms + delta_terms);
+            const double conditioning = score_terms[static_cast<std::size_t>(j)];
+            const double ds_terms = scale * p * conditioning * (dp_terms + delta_terms);
             dq_i_terms += ds_terms * key_maxima[key_row];
             dk_terms[key_row] += ds_terms * query_maxima[query_row];
-            dv_terms[key_row] += p * out_gradient_maxima[query_row];
+            dv_terms[key_row] += p * conditioning * out_gradient_maxima[query_row];
             // dq_i += scale ds_j k_j ;  dk_j += scale ds_j q_i ;  dv_j += p_j dout_i
             for (int64_t d = 0; d < head_dim; ++d) {
               const std::size_t e = kv + static_cast<std::size_t>(d);
@@ -177,6 +191,7 @@ ReferenceResult reference_attention(const TensorView& q, const TensorView& k, co
           dq_terms = std::max(dq_terms, dq_i_terms);
         }
     }
+  result.out_terms = out_terms;
   if (with_gradients) {
     result.dq_terms = dq_terms;
     result.dk_terms = *std::max_element(dk_terms.begin(), dk_terms.end());
