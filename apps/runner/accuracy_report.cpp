@@ -11,11 +11,11 @@ namespace {
 // Relative to the largest reference magnitude: the floor under the 2x criterion, so that two
 // runs that both match the reference to fp32 round-off are not told apart by noise. For dq, dk
 // and dv the magnitude is the largest of out, dq, dk and dv; for out and the gradients, the
-// reference's scale of round-off (ReferenceResult::out_terms, dq_terms, ...) where that is larger:
-// a gradient is a difference of terms (dS = P (dP - delta), delta = rowsum(dout * out), times k or
-// q), so its round-off scales with them, even where the difference itself is nearly zero (a row
-// that sees a single key has dq = 0 exactly), and at scores of 1e4 an ulp of a score moves its
-// probability by 1e-3, in an order of rounding that the BLAS picks by the block's shape.
+// reference's largest weighted term (ReferenceResult::out_terms, dq_terms, ...) where that is
+// larger: a gradient is a difference of terms (dS = P (dP - delta), delta = rowsum(dout * out),
+// times k or q), so its round-off scales with them, even where the difference itself is nearly
+// zero (a row that sees a single key has dq = 0 exactly), and at scores of 1e4 an ulp of a score
+// moves its probability by 1e-3, in an order of rounding that the BLAS picks by the block's shape.
 constexpr double kRelativeFloor = 1e-6;
 
 // max |x - reference|; +inf when x has a non-finite element where the reference is finite (an
@@ -43,7 +43,7 @@ std::vector<OutputError> compare_with_reference(const AttentionOutputs& distribu
     const HostTensor& distributed;
     const HostTensor& single_rank;
     const std::vector<double>& reference;
-    double terms;  // ReferenceResult's scale of round-off (0 for lse)
+    double terms;  // ReferenceResult's largest weighted term (0 for lse)
   };
   const Output outputs[] = {{"out", distributed.out, single_rank.out, reference.out, reference.out_terms},
                             {"lse", distributed.lse, single_rank.lse, reference.lse, 0.0},

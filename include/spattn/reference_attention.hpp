@@ -17,11 +17,13 @@ struct ReferenceResult {
   std::vector<double> dq;
   std::vector<double> dk;
   std::vector<double> dv;
-  /// The scale of fp32 round-off in one element of out, dq, dk or dv: the largest sum of the
-  /// magnitudes of its terms, each weighted by how far its probability moves when its score and
-  /// lse are rounded (1 + |scale q.k|'s terms + |lse|: at scores of 1e4 an ulp of the score moves
-  /// P by 1e-3). A result can be far smaller than its terms (dS = P (dP - delta) of a one-hot
-  /// softmax, times keys of 100); its round-off is not. The gradients' are 0 without gradients.
+  /// The scale of fp32 round-off in out, dq, dk and dv where their magnitude misses it: the
+  /// largest single term of an element (P v; dS k, dS q with dS's two sums dP and delta; P dout),
+  /// weighted by how far its probability moves when its score and lse round beyond the 16 units
+  /// of round-off that a floor of 1e-6 of a magnitude covers (max(1, (1 + |score terms| + |lse|)
+  /// / 16): at scores of 1e4 an ulp of a score moves P by 1e-3). A gradient can be far smaller
+  /// than its terms (dS = P (dP - delta) of a one-hot softmax, times keys of 100); its round-off
+  /// is not. The gradients' are 0 without gradients.
   double out_terms = 0;
   double dq_terms = 0;
   double dk_terms = 0;

@@ -104,16 +104,14 @@ ReferenceResult reference_attention(const TensorView& q, const TensorView& k, co
   const std::vector<double> query_maxima = row_maxima(query);
   const std::vector<double> value_maxima = row_maxima(value);
   const std::vector<double> out_gradient_maxima = with_gradients ? row_maxima(out_gradient) : std::vector<double>{};
-  // Per key row (B, S, HK): the sums of term magnitudes of its dk and dv elements.
-  std::vector<double> dk_terms(key_maxima.size(), 0.0), dv_terms(key_maxima.size(), 0.0);
-  double out_terms = 0.0, dq_terms = 0.0;
+  double out_terms = 0.0, dq_terms = 0.0, dk_terms = 0.0, dv_terms = 0.0;
 
   // One (batch, kv head) per thread: dk and dv of a kv head sum over its query heads.
-#pragma omp parallel for collapse(2) schedule(dynamic) reduction(max : out_terms, dq_terms)
+#pragma omp parallel for collapse(2) schedule(dynamic) reduction(max : out_terms, dq_terms, dk_terms, dv_terms)
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t kv_head = 0; kv_head < kv_heads; ++kv_head) {
       std::vector<double> probabilities(static_cast<std::size_t>(sequence));
-      std::vector<double> score_terms(static_cast<std::size_t>(sequence));  // scale sum_d |q_d k_d|
+      std::vector<double> weights(static_cast<std::size_t>(sequence));  // conditioning, then its weight
       for (int64_t h = kv_head * group; h < (kv_head + 1) * group; ++h)
         for (int64_t i = 0; i < sequence; ++i) {
           const auto row = static_cast<std::size_t>(i);
@@ -131,7 +129,7 @@ ReferenceResult reference_attention(const TensorView& q, const TensorView& k, co
               dot_terms += std::abs(q_i[d] * k_j[d]);
             }
             probabilities[static_cast<std::size_t>(j)] = scale * dot;
-            score_terms[static_cast<std::size_t>(j)] = scale * dot_terms;
+            weights[static_cast<std::size_t>(j)] = scale * dot_terms;
             max_score = std::max(max_score, scale * dot);
           }
           // lse = m + log sum_j exp(s_j - m) ;  p_j = exp(s_j - lse)
@@ -140,19 +138,18 @@ ReferenceResult reference_attention(const TensorView& q, const TensorView& k, co
           const double lse = max_score + std::log(sum);
           result.lse[static_cast<std::size_t>((b * heads + h) * sequence + i)] = lse;
           double* out_i = &result.out[static_cast<std::size_t>(q_row(b, i, h))];
-          double out_i_terms = 0.0;
           for (int64_t j = first; j <= last; ++j) {
             double& p = probabilities[static_cast<std::size_t>(j)];
             p = std::exp(p - lse);
-            // How far P moves, relative, per unit of round-off in its score and in lse.
-            double& conditioning = score_terms[static_cast<std::size_t>(j)];
-            conditioning = 1.0 + conditioning + std::abs(lse);
+            // P moves, relative, by (1 + |score terms| + |lse|) units of round-off; the floor's
+            // 1e-6 (16 fp32 units) of the magnitude covers 16 of them, the weight the rest.
+            double& weight = weights[static_cast<std::size_t>(j)];
+            weight = std::max(1.0, (1.0 + weight + std::abs(lse)) / 16.0);
             const std::size_t kv = static_cast<std::size_t>(kv_row(b, j, kv_head));
-            out_i_terms += p * conditioning * value_maxima[kv / static_cast<std::size_t>(head_dim)];
+            out_terms = std::max(out_terms, p * weight * value_maxima[kv / static_cast<std::size_t>(head_dim)]);
             const double* v_j = &value[kv];
             for (int64_t d = 0; d < head_dim; ++d) out_i[d] += p * v_j[d];
           }
-          out_terms = std::max(out_terms, out_i_terms);
           if (!with_gradients) continue;
           const double* dout_i = &out_gradient[static_cast<std::size_t>(q_row(b, i, h))];
           // delta = dout_i . out_i
@@ -163,7 +160,6 @@ ReferenceResult reference_attention(const TensorView& q, const TensorView& k, co
           }
           double* dq_i = &result.dq[static_cast<std::size_t>(q_row(b, i, h))];
           const auto query_row = static_cast<std::size_t>(q_row(b, i, h) / head_dim);
-          double dq_i_terms = 0.0;
           for (int64_t j = first; j <= last; ++j) {
             const std::size_t kv = static_cast<std::size_t>(kv_row(b, j, kv_head));
             const std::size_t key_row = kv / static_cast<std::size_t>(head_dim);
@@ -175,11 +171,11 @@ ReferenceResult reference_attention(const TensorView& q, const TensorView& k, co
               dp_terms += std::abs(dout_i[d] * value[kv + static_cast<std::size_t>(d)]);
             }
             const double ds = p * (dp - delta);
-            const double conditioning = score_terms[static_cast<std::size_t>(j)];
-            const double ds_terms = scale * p * conditioning * (dp_terms + delta_terms);
-            dq_i_terms += ds_terms * key_maxima[key_row];
-            dk_terms[key_row] += ds_terms * query_maxima[query_row];
-            dv_terms[key_row] += p * conditioning * out_gradient_maxima[query_row];
+            const double weight = weights[static_cast<std::size_t>(j)];
+            const double ds_terms = scale * p * weight * (dp_terms + delta_terms);
+            dq_terms = std::max(dq_terms, ds_terms * key_maxima[key_row]);
+            dk_terms = std::max(dk_terms, ds_terms * query_maxima[query_row]);
+            dv_terms = std::max(dv_terms, p * weight * out_gradient_maxima[query_row]);
             // dq_i += scale ds_j k_j ;  dk_j += scale ds_j q_i ;  dv_j += p_j dout_i
             for (int64_t d = 0; d < head_dim; ++d) {
               const std::size_t e = kv + static_cast<std::size_t>(d);
@@ -188,14 +184,13 @@ ReferenceResult reference_attention(const TensorView& q, const TensorView& k, co
               result.dv[e] += p * dout_i[d];
             }
           }
-          dq_terms = std::max(dq_terms, dq_i_terms);
         }
     }
   result.out_terms = out_terms;
   if (with_gradients) {
     result.dq_terms = dq_terms;
-    result.dk_terms = *std::max_element(dk_terms.begin(), dk_terms.end());
-    result.dv_terms = *std::max_element(dv_terms.begin(), dv_terms.end());
+    result.dk_terms = dk_terms;
+    result.dv_terms = dv_terms;
   }
   return result;
 }
