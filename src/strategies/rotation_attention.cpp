@@ -278,22 +278,15 @@ class RotationStrategy final : public StrategyBase {
     SlotSet own = buffer;
     for (int slot = 0; slot < slots; ++slot) {
       const std::optional<int64_t>& run = own_slot_runs[static_cast<std::size_t>(slot)];
-      if (run) {
-        const KvTensors view{k.slice(1, *run, slot_cut.slot_length(slot)),
-                             v.slice(1, *run, slot_cut.slot_length(slot))};
-        if (like_a_buffer(view.k) && like_a_buffer(view.v)) {
-          own[static_cast<std::size_t>(slot)] = view;
-          continue;
-        }
-      }
-      for (const SlotPiece& piece : slot_cut.slot_pieces(sequence_layout, rank, slot)) {
-        if (piece.length == 0) continue;
-        kernels->copy(k.slice(1, piece.shard_offset, piece.length),
-                      own[slot].k.slice(1, piece.slot_offset, piece.length));
-        kernels->copy(v.slice(1, piece.shard_offset, piece.length),
-                      own[slot].v.slice(1, piece.slot_offset, piece.length));
-      }
+      if (!run) continue;
+      const KvTensors view{k.slice(1, *run, slot_cut.slot_length(slot)), v.slice(1, *run, slot_cut.slot_length(slot))};
+      if (like_a_buffer(view.k) && like_a_buffer(view.v)) own[static_cast<std::size_t>(slot)] = view;
     }
+    for_each_own_piece([&](int64_t shard_offset, int slot, int64_t slot_offset, int64_t length) {
+      if (own[slot].k.data != buffer[slot].k.data) return;  // a view of k and v: nothing to copy
+      kernels->copy(k.slice(1, shard_offset, length), own[slot].k.slice(1, slot_offset, length));
+      kernels->copy(v.slice(1, shard_offset, length), own[slot].v.slice(1, slot_offset, length));
+    });
     return own;
   }
 
