@@ -13,7 +13,6 @@
 
 #include "kernels/block_kernels.hpp"
 #include "spattn/communicator.hpp"
-#include "spattn/error.hpp"
 #include "spattn/tensor.hpp"
 #include "strategies/device_buffer.hpp"
 
@@ -39,33 +38,33 @@ class AllToAllExchange {
     block_bytes = (end + kPartAlignment - 1) / kPartAlignment * kPartAlignment;
   }
 
-  // Whether `gathered` can hold `part`'s pieces of `ranks` peers: its sequence chunks (dim 1), one
-  // part long each, contiguous and of the part's dtype and shape.
-  bool can_place(int part, const TensorView& gathered, int ranks) const {
+  // Where a part's pieces can live outside the buffers: going out of a tensor, or landing in one.
+  enum class Side { send, receive };
+
+  // After allocate: `part`'s pieces go out of `gathered` (chunk p to peer p) or land in it (chunk
+  // j from peer j) instead of the buffers, where its sequence chunks (dim 1) can hold them: one
+  // part long each, contiguous (batch 1), of the part's dtype and shape. Elsewhere the part stays
+  // in the buffers.
+  void place(int part, const TensorView& gathered, Side side) {
     const TensorView& shape = parts[static_cast<std::size_t>(part)];
     if (gathered.dtype != shape.dtype || gathered.ndim != shape.ndim || gathered.size(1) != shape.size(1) * ranks)
-      return false;
+      return;
     for (int dim = 0; dim < shape.ndim; ++dim)
-      if (dim != 1 && gathered.size(dim) != shape.size(dim)) return false;
-    return gathered.slice(1, 0, shape.size(1)).is_contiguous();
+      if (dim != 1 && gathered.size(dim) != shape.size(dim)) return;
+    if (gathered.slice(1, 0, shape.size(1)).is_contiguous()) placed[static_cast<std::size_t>(part)] = {gathered, side};
   }
-
-  // `part`'s pieces go out of `gathered` (chunk p to peer p) instead of the send buffer.
-  void send_from(int part, const TensorView& gathered) { place(part, gathered, Side::send); }
-  // `part`'s pieces land in `gathered` (chunk j from peer j) instead of the receive buffer.
-  void receive_into(int part, const TensorView& gathered) { place(part, gathered, Side::receive); }
 
   // At the first call only: the buffers then serve every later call, over `comm`.
   void allocate(BlockKernels& kernels, const Communicator& comm) {
     if (send_buffer.data()) return;
     device = kernels.device();
     own_rank = comm.rank();
-    const auto ranks = static_cast<std::size_t>(comm.size());
-    send_buffer = DeviceBuffer(kernels, block_bytes * ranks);
-    receive_buffer = DeviceBuffer(kernels, block_bytes * ranks);
+    ranks = comm.size();
+    send_buffer = DeviceBuffer(kernels, block_bytes * static_cast<std::size_t>(ranks));
+    receive_buffer = DeviceBuffer(kernels, block_bytes * static_cast<std::size_t>(ranks));
     // Unused kv-head room travels too: zero it once so no uninitialized byte moves.
     kernels.fill(TensorView::contiguous(send_buffer.data(), DType::f32,
-                                        {static_cast<int64_t>(block_bytes / sizeof(float) * ranks)}, device),
+                                        {static_cast<int64_t>(block_bytes / sizeof(float)) * ranks}, device),
                  0.0f);
   }
 
@@ -96,23 +95,15 @@ class AllToAllExchange {
     return bytes;
   }
 
-  // Whether `part`'s pieces live in a tensor of the strategy (send_from, receive_into).
+  // Whether `part`'s pieces live in a tensor of the strategy (place).
   bool is_placed(int part) const { return placed[static_cast<std::size_t>(part)].data() != nullptr; }
 
  private:
-  enum class Side { send, receive };
   struct Placement {
     TensorView gathered;
     Side side = Side::send;
     const void* data() const { return gathered.data; }
   };
-
-  void place(int part, const TensorView& gathered, Side side) {
-    const TensorView& shape = parts[static_cast<std::size_t>(part)];
-    SPATTN_CHECK(can_place(part, gathered, static_cast<int>(gathered.size(1) / shape.size(1))),
-                 "all-to-all part " << part << " " << shape.describe() << " cannot live in " << gathered.describe());
-    placed[static_cast<std::size_t>(part)] = {gathered, side};
-  }
 
   std::size_t part_bytes(int part) const {
     const TensorView& shape = parts[static_cast<std::size_t>(part)];
@@ -137,6 +128,7 @@ class AllToAllExchange {
   std::size_t block_bytes = 0;
   Device device{};
   int own_rank = -1;            // in the communicator of allocate()
+  int ranks = 0;                // of that communicator
   DeviceBuffer send_buffer;     // block p goes to rank p
   DeviceBuffer receive_buffer;  // block j comes from rank j
   TransferBatch batch;          // reused by every start, keeping its capacity

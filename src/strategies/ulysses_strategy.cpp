@@ -3,8 +3,8 @@
 // locally over the whole sequence, and an all-to-all turns the results back into sequence shards.
 // Backward moves its inputs the same way and sends the gradients back, summing the gradients of
 // kv heads that several ranks read. At batch 1 the gathered head shards (q, k, v, dout; the final
-// out, dq, dk, dv) are where the all-to-alls land or start (AllToAllExchange::receive_into,
-// send_from): only the sequence shards' heads are packed and unpacked.
+// out, dq, dk, dv) are where the all-to-alls land or start (AllToAllExchange::place): only the
+// sequence shards' heads are packed and unpacked.
 //
 // USP (usp_strategy.cpp) is the same code inside groups of N1 consecutive ranks, with a rotation
 // across the groups attending the head shards instead of the local block kernels.
@@ -290,7 +290,7 @@ class UlyssesStrategy final : public StrategyBase {
     forward_inputs.allocate(*kernels, comm);
     forward_results.allocate(*kernels, comm);
     place_inputs(forward_inputs);
-    place(forward_results, kOutPart, out_to_send(), Side::send);
+    forward_results.place(kOutPart, out_to_send(), Side::send);
   }
   void ensure_backward_workspace() {
     ensure_head_shards();
@@ -308,29 +308,22 @@ class UlyssesStrategy final : public StrategyBase {
     backward_inputs.allocate(*kernels, comm);
     gradients.allocate(*kernels, comm);
     place_inputs(backward_inputs);
-    place(backward_inputs, kDoutPart, full_dout, Side::receive);
-    if (output_travels()) place(backward_inputs, kOutputPart, full_out, Side::receive);
-    place(gradients, kDqPart, full_dq, Side::send);
-    place(gradients, kDkPart, full_dk, Side::send);
-    place(gradients, kDvPart, full_dv, Side::send);
+    backward_inputs.place(kDoutPart, full_dout, Side::receive);
+    if (output_travels()) backward_inputs.place(kOutputPart, full_out, Side::receive);
+    gradients.place(kDqPart, full_dq, Side::send);
+    gradients.place(kDkPart, full_dk, Side::send);
+    gradients.place(kDvPart, full_dv, Side::send);
   }
 
-  // Where an all-to-all part's pieces can be the sequence chunks of a gathered tensor (batch 1,
-  // and the part's dtype and heads: out and dk, dv of the block kernels are fp32 here, and a rank
-  // that reads fewer kv heads than the block holds keeps them apart), they travel from or land in
-  // it, and nothing packs or unpacks them.
-  enum class Side { send, receive };
-  void place(AllToAllExchange& exchange, int part, const TensorView& gathered, Side side) {
-    if (!exchange.can_place(part, gathered, ranks)) return;
-    if (side == Side::send)
-      exchange.send_from(part, gathered);
-    else
-      exchange.receive_into(part, gathered);
-  }
+  // The parts that can be the sequence chunks of a gathered head shard (batch 1, and the part's
+  // dtype and heads: out and dk, dv of the block kernels are fp32 here, and a rank that reads fewer
+  // kv heads than the block holds keeps them apart) travel from or land in it, and nothing packs or
+  // unpacks them.
+  using Side = AllToAllExchange::Side;
   void place_inputs(AllToAllExchange& inputs) {
-    place(inputs, kQPart, full_q, Side::receive);
-    place(inputs, kKPart, full_k, Side::receive);
-    place(inputs, kVPart, full_v, Side::receive);
+    inputs.place(kQPart, full_q, Side::receive);
+    inputs.place(kKPart, full_k, Side::receive);
+    inputs.place(kVPart, full_v, Side::receive);
   }
 
   // The forward's out over the gathered sequence in the call's dtype: what goes back to the ranks.
