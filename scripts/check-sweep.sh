@@ -14,7 +14,8 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 # The run's shape and strategy options at RANKS ranks: a length near 600 that splits for the
-# strategy, 8 heads (2N for ulysses, which splits heads over ranks), 2 kv heads.
+# strategy, 8 heads over 2 kv heads (ulysses, which splits heads over ranks: 4N over 2N, so that
+# each rank's heads go in two stages, schedule/ulysses_stages.hpp).
 run_arguments() {
   python3 - "$1" "$2" <<'PY'
 import sys
@@ -30,7 +31,7 @@ elif algo == "hamilton2":
     unit = 2 * ranks * per_node
     extra = ["--nodes", str(ranks // per_node)]
 elif algo == "ulysses":
-    heads, unit = 2 * ranks, ranks
+    heads, kv_heads, unit = 4 * ranks, 2 * ranks, ranks
 elif algo == "usp":
     inner = max(size for size in (1, 2) if ranks % size == 0)
     unit = 2 * ranks

@@ -1,11 +1,11 @@
-#include "schedule/step_traffic.hpp"
-
 #include <algorithm>
 #include <sstream>
 
 #include "schedule/rotation_schedule.hpp"
+#include "schedule/step_traffic.hpp"
 #include "schedule/strategy_rules.hpp"
 #include "schedule/ulysses_degree.hpp"
+#include "schedule/ulysses_stages.hpp"
 #include "spattn/error.hpp"
 #include "spattn/sequence_layout.hpp"
 
@@ -338,35 +338,63 @@ void cost_rotation(StrategyCost& cost, const Problem& problem, const StrategyOpt
                       kv_gradient);
 }
 
+// A pass of plain Ulysses in `stages` stages (schedule/ulysses_stages.hpp), each moving
+// `inputs` (one stage's all-to-all) to head shards and `results` back: every stage's inputs set off
+// at once, the first's exposed; the others travel during the first stage's attention, each
+// stage's results during the next stage's attention, and the last stage's results after all.
+void add_ulysses_pass(std::vector<StepCost>& pass, const Problem& problem, int stages, double flop,
+                      const std::string& inputs_what, const StepTraffic& inputs, const std::string& results_what,
+                      const StepTraffic& results) {
+  add_transfer_phase(pass, problem, inputs_what, inputs);
+  if (stages == 1) {
+    add_attention_phase(pass, problem, flop);
+    add_transfer_phase(pass, problem, results_what, results);
+    return;
+  }
+  StepTraffic later_inputs = inputs;
+  for (int stage = 2; stage < stages; ++stage) later_inputs = combined(later_inputs, inputs);
+  const double stage_seconds = problem.seconds(flop / stages);
+  append_step(pass, {"attention + " + inputs_what + " of the later stages", 1, stage_seconds,
+                     step_transfer(problem.cluster, later_inputs), true});
+  for (int stage = 1; stage < stages; ++stage)
+    append_step(pass, {"attention + " + results_what + " of the stage before", 1, stage_seconds,
+                       step_transfer(problem.cluster, results), true});
+  add_transfer_phase(pass, problem, results_what + " of the last stage", results);
+}
+
 void cost_ulysses(StrategyCost& cost, const Problem& problem) {
   const int ranks = problem.ranks;
   const AttentionShape& shape = problem.shape;
-  cost.configuration = std::to_string(shape.heads / ranks) + " heads per rank";
-  // Each rank sends peer p the p-th N-th of its heads for its S/N tokens, and back.
+  const int64_t heads_per_rank = shape.heads / ranks;
+  const int stages = ulysses_stages(heads_per_rank, shape.heads / shape.kv_heads, ranks);
+  cost.configuration = std::to_string(heads_per_rank) + " heads per rank";
+  if (stages > 1) cost.configuration += " in " + std::to_string(stages) + " stages";
+  // Each rank sends peer p the p-th N-th of its heads for its S/N tokens, and back, a stage's
+  // slice of them at a time (whole kv-head groups, so the kv heads divide evenly too).
   const int64_t tokens = problem.tokens_per_rank();
   const int64_t e = problem.element_bytes();
-  const int64_t q_part = problem.bytes(tokens, shape.heads / ranks, e);
-  const int64_t kv_part = problem.bytes(tokens, ulysses_kv_heads_per_rank(shape, ranks), e);
-  const int64_t lse_part = shape.batch * (shape.heads / ranks) * tokens * kFp32Bytes;
+  const int64_t stage_heads = heads_per_rank / stages;
+  const int64_t stage_kv_heads = ulysses_kv_heads_per_rank(shape, ranks) / stages;
+  const int64_t q_part = problem.bytes(tokens, stage_heads, e);
+  const int64_t kv_part = problem.bytes(tokens, stage_kv_heads, e);
+  const int64_t lse_part = shape.batch * stage_heads * tokens * kFp32Bytes;
   const double flop =
       problem.windowed()
-          ? problem.pairs_flop(shape.heads / ranks, static_cast<double>(problem.mask.visible_pairs(0, shape.seq, 0, shape.seq)))
-          : problem.flop(shape.heads / ranks, shape.seq, shape.seq, problem.causal);
+          ? problem.pairs_flop(heads_per_rank,
+                               static_cast<double>(problem.mask.visible_pairs(0, shape.seq, 0, shape.seq)))
+          : problem.flop(heads_per_rank, shape.seq, shape.seq, problem.causal);
 
-  add_transfer_phase(cost.forward, problem, "all-to-all q,k,v",
-                     group_all_to_all(ranks, ranks, {q_part, kv_part, kv_part}));
-  add_attention_phase(cost.forward, problem, flop);
-  add_transfer_phase(cost.forward, problem, "all-to-all out,lse", group_all_to_all(ranks, ranks, {q_part, lse_part}));
-
-  add_transfer_phase(cost.backward, problem, "all-to-all q,k,v,out,dout,lse",
-                     group_all_to_all(ranks, ranks, {q_part, kv_part, kv_part, q_part, q_part, lse_part}));
-  add_attention_phase(cost.backward, problem, kBackwardFlopRatio * flop);
+  add_ulysses_pass(cost.forward, problem, stages, flop, "all-to-all q,k,v",
+                   group_all_to_all(ranks, ranks, {q_part, kv_part, kv_part}), "all-to-all out,lse",
+                   group_all_to_all(ranks, ranks, {q_part, lse_part}));
   // The block kernels' gradients travel in fp32, so that the contributions of several ranks to a
   // kv head are summed before the one rounding to the input dtype (ulysses_strategy.cpp).
-  const int64_t q_gradient_part = problem.bytes(tokens, shape.heads / ranks, kFp32Bytes);
-  const int64_t kv_gradient_part = problem.bytes(tokens, ulysses_kv_heads_per_rank(shape, ranks), kFp32Bytes);
-  add_transfer_phase(cost.backward, problem, "all-to-all dq,dk,dv (fp32)",
-                     group_all_to_all(ranks, ranks, {q_gradient_part, kv_gradient_part, kv_gradient_part}));
+  const int64_t q_gradient_part = problem.bytes(tokens, stage_heads, kFp32Bytes);
+  const int64_t kv_gradient_part = problem.bytes(tokens, stage_kv_heads, kFp32Bytes);
+  add_ulysses_pass(cost.backward, problem, stages, kBackwardFlopRatio * flop, "all-to-all q,k,v,out,dout,lse",
+                   group_all_to_all(ranks, ranks, {q_part, kv_part, kv_part, q_part, q_part, lse_part}),
+                   "all-to-all dq,dk,dv (fp32)",
+                   group_all_to_all(ranks, ranks, {q_gradient_part, kv_gradient_part, kv_gradient_part}));
 }
 
 void cost_allgather(StrategyCost& cost, const Problem& problem) {

@@ -2,9 +2,10 @@
 // sequence of query heads [r H/N, (r+1) H/N) and of the kv heads they read), attention runs
 // locally over the whole sequence, and an all-to-all turns the results back into sequence shards.
 // Backward moves its inputs the same way and sends the gradients back, summing the gradients of
-// kv heads that several ranks read. At batch 1 the gathered head shards (q, k, v, dout; the final
-// out, dq, dk, dv) are where the all-to-alls land or start (AllToAllExchange::place): only the
-// sequence shards' heads are packed and unpacked.
+// kv heads that several ranks read. Plain Ulysses cuts the head shards into stages
+// (schedule/ulysses_stages.hpp) whose all-to-alls run while the other stages attend. At batch 1 the gathered head
+// shards (q, k, v, dout; the final out, dq, dk, dv) are where the all-to-alls land or start (AllToAllExchange::place):
+// only the sequence shards' heads are packed and unpacked.
 //
 // USP (usp_strategy.cpp) is the same code inside groups of N1 consecutive ranks, with a rotation
 // across the groups attending the head shards instead of the local block kernels.
@@ -23,6 +24,7 @@
 #include "kernels/block_kernels.hpp"
 #include "schedule/document_cut.hpp"
 #include "schedule/strategy_rules.hpp"
+#include "schedule/ulysses_stages.hpp"
 #include "spattn/distributed_attention.hpp"
 #include "strategies/all_to_all_exchange.hpp"
 #include "strategies/call_validation.hpp"
@@ -111,14 +113,21 @@ class UlyssesStrategy final : public StrategyBase {
         // An inner strategy reads and writes the call's dtype; the block kernels accumulate in
         // fp32, rounded once on the way back.
         result_dtype(across.inner ? call_shape.dtype : DType::f32) {
-    for (int peer = 0; peer < ranks; ++peer) {
-      query_heads_of.push_back({peer * heads_per_rank, heads_per_rank});
-      kv_heads_of.push_back(kv_heads_read(query_heads_of.back(), group_size));
-      kv_heads_per_block = std::max(kv_heads_per_block, kv_heads_of.back().count);
+    // An inner strategy's plan is for the whole head shard, which it attends in one stage.
+    const int stage_count = across.inner ? 1 : ulysses_stages(heads_per_rank, group_size, ranks);
+    const int64_t stage_heads = heads_per_rank / stage_count;
+    stages = std::vector<HeadStage>(static_cast<std::size_t>(stage_count));
+    for (int index = 0; index < stage_count; ++index) {
+      HeadStage& stage = stages[static_cast<std::size_t>(index)];
+      for (int peer = 0; peer < ranks; ++peer) {
+        stage.query_heads_of.push_back({peer * heads_per_rank + index * stage_heads, stage_heads});
+        stage.kv_heads_of.push_back(kv_heads_read(stage.query_heads_of.back(), group_size));
+        stage.kv_heads_per_block = std::max(stage.kv_heads_per_block, stage.kv_heads_of.back().count);
+      }
+      stage.own_kv_heads = stage.kv_heads_of[static_cast<std::size_t>(rank)].count;
+      stage.groups = head_groups(stage.query_heads_of[static_cast<std::size_t>(rank)], group_size);
+      describe_exchanges(stage);
     }
-    own_kv_heads = kv_heads_of[static_cast<std::size_t>(rank)].count;
-    groups = head_groups(query_heads_of[static_cast<std::size_t>(rank)], group_size);
-    describe_exchanges();
     // The local attention's blocks over the gathered sequence (rank p's tokens at p * S_local):
     // without documents one block of the whole sequence, which is in order; with them every part
     // of a document (one per rank) against every part of it.
@@ -140,26 +149,42 @@ class UlyssesStrategy final : public StrategyBase {
     ensure_forward_workspace();
     ProfileRecorder recorder(profile, kSteps, *kernels, "forward");
 
-    recorder.compute(kToHeadsStep, [&] { pack_inputs(forward_inputs, q, k, v); });
-    exchange(recorder, kToHeadsStep, forward_inputs);
-    recorder.compute(kToHeadsStep, [&] { unpack_inputs(forward_inputs); });
+    // Every stage's inputs set off at once; each stage's results go back while the next attends.
+    std::vector<std::unique_ptr<PendingTransfer>> inputs(stages.size()), results(stages.size());
+    for (std::size_t index = 0; index < stages.size(); ++index) {
+      HeadStage& stage = stages[index];
+      recorder.compute(kToHeadsStep, [&] { pack_inputs(stage, stage.forward_inputs, q, k, v); });
+      inputs[index] = start(recorder, kToHeadsStep, stage.forward_inputs);
+    }
+    for (std::size_t index = 0; index < stages.size(); ++index) {
+      HeadStage& stage = stages[index];
+      recorder.wait(kToHeadsStep, comm, *inputs[index]);
+      recorder.compute(kToHeadsStep, [&] { unpack_inputs(stage, stage.forward_inputs); });
 
-    Profile* inner_profile = profile ? &inner_timing : nullptr;
-    recorder.compute(kAttentionStep, [&] {
-      if (across.inner) across.inner->forward(full_q, full_k, full_v, full_out, full_lse, inner_profile);
-      else attend_locally_forward();
-    });
-    if (inner_profile) recorder.fold_nested(kAttentionStep, *inner_profile);
+      Profile* inner_profile = profile ? &inner_timing : nullptr;
+      recorder.compute(kAttentionStep, [&] {
+        if (across.inner)
+          across.inner->forward(stage.full_q, stage.full_k, stage.full_v, stage.full_out, stage.full_lse,
+                                inner_profile);
+        else
+          attend_locally_forward(stage);
+      });
+      if (inner_profile) recorder.fold_nested(kAttentionStep, *inner_profile);
 
-    recorder.compute(kToSequenceStep, [&] {
-      pack_sequence_shards(out_to_send(), kBshd, forward_results, kOutPart);
-      pack_sequence_shards(full_lse, kBhs, forward_results, kLsePart);
-    });
-    exchange(recorder, kToSequenceStep, forward_results);
-    recorder.compute(kToSequenceStep, [&] {
-      unpack_head_shards(forward_results, kOutPart, kBshd, query_heads_of, out, Arrival::overwrite);
-      unpack_head_shards(forward_results, kLsePart, kBhs, query_heads_of, lse, Arrival::overwrite);
-    });
+      recorder.compute(kToSequenceStep, [&] {
+        pack_sequence_shards(out_to_send(stage), kBshd, stage.forward_results, kOutPart);
+        pack_sequence_shards(stage.full_lse, kBhs, stage.forward_results, kLsePart);
+      });
+      results[index] = start(recorder, kToSequenceStep, stage.forward_results);
+    }
+    for (std::size_t index = 0; index < stages.size(); ++index) {
+      HeadStage& stage = stages[index];
+      recorder.wait(kToSequenceStep, comm, *results[index]);
+      recorder.compute(kToSequenceStep, [&] {
+        unpack_head_shards(stage.forward_results, kOutPart, kBshd, stage.query_heads_of, out, Arrival::overwrite);
+        unpack_head_shards(stage.forward_results, kLsePart, kBhs, stage.query_heads_of, lse, Arrival::overwrite);
+      });
+    }
     recorder.finish();
   }
 
@@ -171,46 +196,67 @@ class UlyssesStrategy final : public StrategyBase {
     ProfileRecorder recorder(profile, kSteps, *kernels, "backward");
 
     recorder.compute(kToHeadsStep, [&] {
-      pack_inputs(backward_inputs, q, k, v);
-      pack_head_shards(dout, kBshd, query_heads_of, backward_inputs, kDoutPart);
-      pack_head_shards(lse, kBhs, query_heads_of, backward_inputs, kLseInPart);
-      if (output_travels()) {
-        pack_head_shards(out, kBshd, query_heads_of, backward_inputs, kOutputPart);
-      } else {
-        kernels->softmax_delta(out, dout, local_delta);
-        pack_head_shards(local_delta, kBhs, query_heads_of, backward_inputs, kOutputPart);
-      }
-    });
-    exchange(recorder, kToHeadsStep, backward_inputs);
-    recorder.compute(kToHeadsStep, [&] {
-      unpack_inputs(backward_inputs);
-      unpack_sequence_shards(backward_inputs, kDoutPart, kBshd, full_dout);
-      unpack_sequence_shards(backward_inputs, kLseInPart, kBhs, full_lse);
-      if (output_travels()) unpack_sequence_shards(backward_inputs, kOutputPart, kBshd, full_out);
-      else unpack_sequence_shards(backward_inputs, kOutputPart, kBhs, full_delta);
-    });
-
-    Profile* inner_profile = profile ? &inner_timing : nullptr;
-    recorder.compute(kAttentionStep, [&] {
-      if (across.inner)
-        across.inner->backward(full_q, full_k, full_v, full_out, full_lse, full_dout, full_dq, full_dk, full_dv,
-                               inner_profile);
-      else attend_locally_backward();
-    });
-    if (inner_profile) recorder.fold_nested(kAttentionStep, *inner_profile);
-
-    recorder.compute(kToSequenceStep, [&] {
-      pack_sequence_shards(full_dq, kBshd, gradients, kDqPart);
-      pack_sequence_shards(full_dk, kBshd, gradients, kDkPart);
-      pack_sequence_shards(full_dv, kBshd, gradients, kDvPart);
-    });
-    exchange(recorder, kToSequenceStep, gradients);
-    recorder.compute(kToSequenceStep, [&] {
-      unpack_head_shards(gradients, kDqPart, kBshd, query_heads_of, dq, Arrival::overwrite);
+      if (!output_travels()) kernels->softmax_delta(out, dout, local_delta);
       kernels->fill(dk_sum, 0.0f);
       kernels->fill(dv_sum, 0.0f);
-      unpack_head_shards(gradients, kDkPart, kBshd, kv_heads_of, dk_sum, Arrival::sum);
-      unpack_head_shards(gradients, kDvPart, kBshd, kv_heads_of, dv_sum, Arrival::sum);
+    });
+    // As forward: every stage's inputs at once, each stage's gradients back while the next attends.
+    std::vector<std::unique_ptr<PendingTransfer>> inputs(stages.size()), results(stages.size());
+    for (std::size_t index = 0; index < stages.size(); ++index) {
+      HeadStage& stage = stages[index];
+      AllToAllExchange& blocks = stage.backward_inputs;
+      recorder.compute(kToHeadsStep, [&] {
+        pack_inputs(stage, blocks, q, k, v);
+        pack_head_shards(dout, kBshd, stage.query_heads_of, blocks, kDoutPart);
+        pack_head_shards(lse, kBhs, stage.query_heads_of, blocks, kLseInPart);
+        if (output_travels())
+          pack_head_shards(out, kBshd, stage.query_heads_of, blocks, kOutputPart);
+        else
+          pack_head_shards(local_delta, kBhs, stage.query_heads_of, blocks, kOutputPart);
+      });
+      inputs[index] = start(recorder, kToHeadsStep, blocks);
+    }
+    for (std::size_t index = 0; index < stages.size(); ++index) {
+      HeadStage& stage = stages[index];
+      AllToAllExchange& blocks = stage.backward_inputs;
+      recorder.wait(kToHeadsStep, comm, *inputs[index]);
+      recorder.compute(kToHeadsStep, [&] {
+        unpack_inputs(stage, blocks);
+        unpack_sequence_shards(blocks, kDoutPart, kBshd, stage.full_dout);
+        unpack_sequence_shards(blocks, kLseInPart, kBhs, stage.full_lse);
+        if (output_travels())
+          unpack_sequence_shards(blocks, kOutputPart, kBshd, stage.full_out);
+        else
+          unpack_sequence_shards(blocks, kOutputPart, kBhs, stage.full_delta);
+      });
+
+      Profile* inner_profile = profile ? &inner_timing : nullptr;
+      recorder.compute(kAttentionStep, [&] {
+        if (across.inner)
+          across.inner->backward(stage.full_q, stage.full_k, stage.full_v, stage.full_out, stage.full_lse,
+                                 stage.full_dout, stage.full_dq, stage.full_dk, stage.full_dv, inner_profile);
+        else
+          attend_locally_backward(stage);
+      });
+      if (inner_profile) recorder.fold_nested(kAttentionStep, *inner_profile);
+
+      recorder.compute(kToSequenceStep, [&] {
+        pack_sequence_shards(stage.full_dq, kBshd, stage.gradients, kDqPart);
+        pack_sequence_shards(stage.full_dk, kBshd, stage.gradients, kDkPart);
+        pack_sequence_shards(stage.full_dv, kBshd, stage.gradients, kDvPart);
+      });
+      results[index] = start(recorder, kToSequenceStep, stage.gradients);
+    }
+    for (std::size_t index = 0; index < stages.size(); ++index) {
+      HeadStage& stage = stages[index];
+      recorder.wait(kToSequenceStep, comm, *results[index]);
+      recorder.compute(kToSequenceStep, [&] {
+        unpack_head_shards(stage.gradients, kDqPart, kBshd, stage.query_heads_of, dq, Arrival::overwrite);
+        unpack_head_shards(stage.gradients, kDkPart, kBshd, stage.kv_heads_of, dk_sum, Arrival::sum);
+        unpack_head_shards(stage.gradients, kDvPart, kBshd, stage.kv_heads_of, dv_sum, Arrival::sum);
+      });
+    }
+    recorder.compute(kToSequenceStep, [&] {
       kernels->copy(dk_sum, dk);
       kernels->copy(dv_sum, dv);
     });
@@ -219,10 +265,10 @@ class UlyssesStrategy final : public StrategyBase {
 
  private:
   // Parts of the all-to-all blocks, in the order describe_exchanges adds them. Inputs to head
-  // shards: the block for peer p holds this rank's tokens of p's query heads and of the kv heads
-  // they read (forward: q, k, v; backward also dout, lse and the forward output). Results back to
-  // sequence shards: the block for peer p holds p's tokens of this rank's heads (forward: out,
-  // lse; backward: dq, dk, dv).
+  // shards: the block for peer p holds this rank's tokens of p's query heads of the stage and of
+  // the kv heads they read (forward: q, k, v; backward also dout, lse and the forward output).
+  // Results back to sequence shards: the block for peer p holds p's tokens of this rank's heads of
+  // the stage (forward: out, lse; backward: dq, dk, dv).
   //
   // The forward output that backward moves is delta = rowsum(dout * out) for block kernels that
   // read only delta, computed where out is so that out itself never travels, and out for an inner
@@ -231,27 +277,62 @@ class UlyssesStrategy final : public StrategyBase {
   enum ForwardResultPart { kOutPart, kLsePart };
   enum GradientPart { kDqPart, kDkPart, kDvPart };
 
-  // Every block carries room for kv_heads_per_block kv heads, the most any rank reads, because
-  // an all-to-all needs blocks of one size; a rank that reads fewer leaves the rest unused. A kv
-  // head read by query heads of several ranks goes into the block of each of them.
-  void describe_exchanges() {
-    const int64_t B = shape.batch, D = shape.head_dim;
-    for (AllToAllExchange* inputs : {&forward_inputs, &backward_inputs}) {
-      inputs->add_part(shape.dtype, {B, local_seq, heads_per_rank, D});      // q
-      inputs->add_part(shape.dtype, {B, local_seq, kv_heads_per_block, D});  // k
-      inputs->add_part(shape.dtype, {B, local_seq, kv_heads_per_block, D});  // v
+  // A slice of every rank's query heads and the kv heads they read (ulysses_stages.hpp): its
+  // all-to-alls, and this rank's head shard of it over the gathered sequence. The tensors are the
+  // stage's own so that, at batch 1, each peer's sequence chunk of them is contiguous and the
+  // all-to-alls can land in or start from them.
+  struct HeadStage {
+    std::vector<HeadRange> query_heads_of;  // per rank, global query heads of this stage
+    std::vector<HeadRange> kv_heads_of;     // per rank, global kv heads they read
+    int64_t kv_heads_per_block = 0;         // the most kv heads any rank reads in this stage
+    int64_t own_kv_heads = 0;               // kv heads this rank reads in this stage
+    std::vector<HeadGroup> groups;          // this rank's query heads of the stage as kernel calls
+
+    AllToAllExchange forward_inputs;   // q, k, v
+    AllToAllExchange forward_results;  // out, lse
+    AllToAllExchange backward_inputs;  // q, k, v, dout, lse, and delta or out (see output_travels)
+    AllToAllExchange gradients;        // dq, dk, dv in result_dtype
+
+    // Hs: the stage's query heads per rank, HKs: own_kv_heads.
+    TensorView full_q;          // (B, group_seq, Hs, D)
+    TensorView full_k;          // (B, group_seq, HKs, D)
+    TensorView full_v;          // (B, group_seq, HKs, D)
+    TensorView full_lse;        // (B, Hs, group_seq) fp32: written by forward, received by backward
+    TensorView full_final_out;  // (B, group_seq, Hs, D) the call's dtype, block kernels: their final out
+    TensorView full_out;        // (B, group_seq, Hs, D) result_dtype: written by forward, received by backward when
+                                // output_travels()
+    TensorView full_dout;       // (B, group_seq, Hs, D)
+    TensorView full_delta;      // (B, Hs, group_seq) fp32, block kernels that read only delta
+    TensorView full_dq;         // (B, group_seq, Hs, D) result_dtype
+    TensorView full_dk;         // (B, group_seq, HKs, D) result_dtype
+    TensorView full_dv;         // (B, group_seq, HKs, D) result_dtype
+
+    int64_t heads() const { return query_heads_of.front().count; }
+  };
+
+  // Every block carries room for the stage's kv_heads_per_block kv heads, the most any rank reads,
+  // because an all-to-all needs blocks of one size; a rank that reads fewer leaves the rest
+  // unused. A kv head read by query heads of several ranks goes into the block of each of them.
+  void describe_exchanges(HeadStage& stage) {
+    const int64_t B = shape.batch, D = shape.head_dim, heads = stage.heads(), kv_heads = stage.kv_heads_per_block;
+    for (AllToAllExchange* inputs : {&stage.forward_inputs, &stage.backward_inputs}) {
+      inputs->add_part(shape.dtype, {B, local_seq, heads, D});     // q
+      inputs->add_part(shape.dtype, {B, local_seq, kv_heads, D});  // k
+      inputs->add_part(shape.dtype, {B, local_seq, kv_heads, D});  // v
     }
-    backward_inputs.add_part(shape.dtype, {B, local_seq, heads_per_rank, D});  // dout
-    backward_inputs.add_part(DType::f32, {B, heads_per_rank, local_seq});      // lse
-    if (output_travels()) backward_inputs.add_part(shape.dtype, {B, local_seq, heads_per_rank, D});  // out
-    else backward_inputs.add_part(DType::f32, {B, heads_per_rank, local_seq});                   // delta
-    forward_results.add_part(shape.dtype, {B, local_seq, heads_per_rank, D});  // out
-    forward_results.add_part(DType::f32, {B, heads_per_rank, local_seq});      // lse
+    stage.backward_inputs.add_part(shape.dtype, {B, local_seq, heads, D});  // dout
+    stage.backward_inputs.add_part(DType::f32, {B, heads, local_seq});      // lse
+    if (output_travels())
+      stage.backward_inputs.add_part(shape.dtype, {B, local_seq, heads, D});  // out
+    else
+      stage.backward_inputs.add_part(DType::f32, {B, heads, local_seq});    // delta
+    stage.forward_results.add_part(shape.dtype, {B, local_seq, heads, D});  // out
+    stage.forward_results.add_part(DType::f32, {B, heads, local_seq});      // lse
     // The block kernels' gradients travel in fp32 so that a kv head's contributions from several
     // ranks are summed before the one rounding to the input dtype.
-    gradients.add_part(result_dtype, {B, local_seq, heads_per_rank, D});      // dq
-    gradients.add_part(result_dtype, {B, local_seq, kv_heads_per_block, D});  // dk
-    gradients.add_part(result_dtype, {B, local_seq, kv_heads_per_block, D});  // dv
+    stage.gradients.add_part(result_dtype, {B, local_seq, heads, D});     // dq
+    stage.gradients.add_part(result_dtype, {B, local_seq, kv_heads, D});  // dk
+    stage.gradients.add_part(result_dtype, {B, local_seq, kv_heads, D});  // dv
   }
 
   // Whether backward moves the forward output itself: an inner strategy's backward takes out, and
@@ -270,49 +351,59 @@ class UlyssesStrategy final : public StrategyBase {
   void ensure_head_shards() {
     if (!head_shard_buffers.empty()) return;
     const int64_t B = shape.batch, D = shape.head_dim;
-    full_q = allocate(head_shard_buffers, shape.dtype, {B, group_seq, heads_per_rank, D});
-    full_k = allocate(head_shard_buffers, shape.dtype, {B, group_seq, own_kv_heads, D});
-    full_v = allocate(head_shard_buffers, shape.dtype, {B, group_seq, own_kv_heads, D});
-    full_lse = allocate(head_shard_buffers, DType::f32, {B, heads_per_rank, group_seq});
+    for (HeadStage& stage : stages) {
+      stage.full_q = allocate(head_shard_buffers, shape.dtype, {B, group_seq, stage.heads(), D});
+      stage.full_k = allocate(head_shard_buffers, shape.dtype, {B, group_seq, stage.own_kv_heads, D});
+      stage.full_v = allocate(head_shard_buffers, shape.dtype, {B, group_seq, stage.own_kv_heads, D});
+      stage.full_lse = allocate(head_shard_buffers, DType::f32, {B, stage.heads(), group_seq});
+    }
   }
   void ensure_full_out() {
     if (!out_buffers.empty()) return;
-    full_out = allocate(out_buffers, result_dtype, {shape.batch, group_seq, heads_per_rank, shape.head_dim});
+    for (HeadStage& stage : stages)
+      stage.full_out = allocate(out_buffers, result_dtype, {shape.batch, group_seq, stage.heads(), shape.head_dim});
   }
   void ensure_forward_workspace() {
     ensure_head_shards();
     ensure_full_out();
     if (forward_exchanges_ready) return;
     forward_exchanges_ready = true;
-    // The block kernels write the final out in the call's dtype, the part that travels.
-    if (!across.inner)
-      full_final_out = allocate(forward_buffers, shape.dtype, {shape.batch, group_seq, heads_per_rank, shape.head_dim});
-    forward_inputs.allocate(*kernels, comm);
-    forward_results.allocate(*kernels, comm);
-    place_inputs(forward_inputs);
-    forward_results.place(kOutPart, out_to_send(), Side::send);
+    for (HeadStage& stage : stages) {
+      // The block kernels write the final out in the call's dtype, the part that travels.
+      if (!across.inner)
+        stage.full_final_out =
+            allocate(forward_buffers, shape.dtype, {shape.batch, group_seq, stage.heads(), shape.head_dim});
+      stage.forward_inputs.allocate(*kernels, comm);
+      stage.forward_results.allocate(*kernels, comm);
+      place_inputs(stage, stage.forward_inputs);
+      stage.forward_results.place(kOutPart, out_to_send(stage), Side::send);
+    }
   }
   void ensure_backward_workspace() {
     ensure_head_shards();
     if (!backward_buffers.empty()) return;
     const int64_t B = shape.batch, D = shape.head_dim;
     if (output_travels()) ensure_full_out();
-    if (!output_travels()) local_delta = allocate(backward_buffers, DType::f32, {B, shape.heads, local_seq});
-    if (!output_travels()) full_delta = allocate(backward_buffers, DType::f32, {B, heads_per_rank, group_seq});
-    full_dout = allocate(backward_buffers, shape.dtype, {B, group_seq, heads_per_rank, D});
-    full_dq = allocate(backward_buffers, result_dtype, {B, group_seq, heads_per_rank, D});
-    full_dk = allocate(backward_buffers, result_dtype, {B, group_seq, own_kv_heads, D});
-    full_dv = allocate(backward_buffers, result_dtype, {B, group_seq, own_kv_heads, D});
+    else
+      local_delta = allocate(backward_buffers, DType::f32, {B, shape.heads, local_seq});
     dk_sum = allocate(backward_buffers, DType::f32, {B, local_seq, shape.kv_heads, D});
     dv_sum = allocate(backward_buffers, DType::f32, {B, local_seq, shape.kv_heads, D});
-    backward_inputs.allocate(*kernels, comm);
-    gradients.allocate(*kernels, comm);
-    place_inputs(backward_inputs);
-    backward_inputs.place(kDoutPart, full_dout, Side::receive);
-    if (output_travels()) backward_inputs.place(kOutputPart, full_out, Side::receive);
-    gradients.place(kDqPart, full_dq, Side::send);
-    gradients.place(kDkPart, full_dk, Side::send);
-    gradients.place(kDvPart, full_dv, Side::send);
+    for (HeadStage& stage : stages) {
+      const int64_t heads = stage.heads(), kv_heads = stage.own_kv_heads;
+      if (!output_travels()) stage.full_delta = allocate(backward_buffers, DType::f32, {B, heads, group_seq});
+      stage.full_dout = allocate(backward_buffers, shape.dtype, {B, group_seq, heads, D});
+      stage.full_dq = allocate(backward_buffers, result_dtype, {B, group_seq, heads, D});
+      stage.full_dk = allocate(backward_buffers, result_dtype, {B, group_seq, kv_heads, D});
+      stage.full_dv = allocate(backward_buffers, result_dtype, {B, group_seq, kv_heads, D});
+      stage.backward_inputs.allocate(*kernels, comm);
+      stage.gradients.allocate(*kernels, comm);
+      place_inputs(stage, stage.backward_inputs);
+      stage.backward_inputs.place(kDoutPart, stage.full_dout, Side::receive);
+      if (output_travels()) stage.backward_inputs.place(kOutputPart, stage.full_out, Side::receive);
+      stage.gradients.place(kDqPart, stage.full_dq, Side::send);
+      stage.gradients.place(kDkPart, stage.full_dk, Side::send);
+      stage.gradients.place(kDvPart, stage.full_dv, Side::send);
+    }
   }
 
   // The parts that can be the sequence chunks of a gathered head shard (batch 1, and the part's
@@ -320,14 +411,16 @@ class UlyssesStrategy final : public StrategyBase {
   // kv heads than the block holds keeps them apart) travel from or land in it, and nothing packs or
   // unpacks them.
   using Side = AllToAllExchange::Side;
-  void place_inputs(AllToAllExchange& inputs) {
-    inputs.place(kQPart, full_q, Side::receive);
-    inputs.place(kKPart, full_k, Side::receive);
-    inputs.place(kVPart, full_v, Side::receive);
+  static void place_inputs(const HeadStage& stage, AllToAllExchange& inputs) {
+    inputs.place(kQPart, stage.full_q, Side::receive);
+    inputs.place(kKPart, stage.full_k, Side::receive);
+    inputs.place(kVPart, stage.full_v, Side::receive);
   }
 
   // The forward's out over the gathered sequence in the call's dtype: what goes back to the ranks.
-  const TensorView& out_to_send() const { return across.inner ? full_out : full_final_out; }
+  const TensorView& out_to_send(const HeadStage& stage) const {
+    return across.inner ? stage.full_out : stage.full_final_out;
+  }
 
   // Every rank's chunks with their offsets in the gathered sequence.
   std::vector<SequenceChunk> gathered_parts() const {
@@ -340,28 +433,29 @@ class UlyssesStrategy final : public StrategyBase {
     return parts;
   }
 
-  // Attention of this rank's query heads over the whole sequence with the block kernels.
-  void attend_locally_forward() {
+  // Attention of this rank's query heads of `stage` over the whole sequence with the block kernels.
+  void attend_locally_forward(const HeadStage& stage) {
     for (const SequenceChunk& rows : pairing.rows_without_keys) {
-      kernels->fill(full_final_out.slice(kBshd.seq, rows.local_offset, rows.length), 0.0f);
-      kernels->fill(full_lse.slice(kBhs.seq, rows.local_offset, rows.length), -std::numeric_limits<float>::infinity());
+      kernels->fill(stage.full_final_out.slice(kBshd.seq, rows.local_offset, rows.length), 0.0f);
+      kernels->fill(stage.full_lse.slice(kBhs.seq, rows.local_offset, rows.length),
+                    -std::numeric_limits<float>::infinity());
     }
-    for (const HeadGroup& group : groups)
+    for (const HeadGroup& group : stage.groups)
       for (const ChunkBlock& block : pairing.blocks) {
         const auto queries = [&](const TensorView& tensor, Axes axes) {
           return query_rows(tensor, axes, group, block);
         };
-        forward_block.q = queries(full_q, kBshd);
+        forward_block.q = queries(stage.full_q, kBshd);
         forward_block.q_position = block.queries.position;
         forward_block.segments.clear();
         for (const VisibleKey& key : block.keys)
           forward_block.segments.push_back(
-              {kv_rows(full_k, group, key.chunk), kv_rows(full_v, group, key.chunk), key.chunk.position});
+              {kv_rows(stage.full_k, group, key.chunk), kv_rows(stage.full_v, group, key.chunk), key.chunk.position});
         forward_block.mask = mask;
         forward_block.scale = scale;
-        forward_block.out = queries(full_out, kBshd);
-        forward_block.lse = queries(full_lse, kBhs);
-        forward_block.final_out = queries(full_final_out, kBshd);
+        forward_block.out = queries(stage.full_out, kBshd);
+        forward_block.lse = queries(stage.full_lse, kBhs);
+        forward_block.final_out = queries(stage.full_final_out, kBshd);
         kernels->forward(forward_block);
       }
   }
@@ -378,39 +472,39 @@ class UlyssesStrategy final : public StrategyBase {
     return tensor.slice(kBshd.head, group.kv.first, group.kv.count).slice(kBshd.seq, keys.local_offset, keys.length);
   }
 
-  void attend_locally_backward() {
-    kernels->fill(full_dq, 0.0f);
-    kernels->fill(full_dk, 0.0f);
-    kernels->fill(full_dv, 0.0f);
-    for (const HeadGroup& group : groups)
+  void attend_locally_backward(const HeadStage& stage) {
+    kernels->fill(stage.full_dq, 0.0f);
+    kernels->fill(stage.full_dk, 0.0f);
+    kernels->fill(stage.full_dv, 0.0f);
+    for (const HeadGroup& group : stage.groups)
       for (const ChunkBlock& block : pairing.blocks) {
         const auto queries = [&](const TensorView& tensor, Axes axes) {
           return query_rows(tensor, axes, group, block);
         };
-        backward_block.q = queries(full_q, kBshd);
+        backward_block.q = queries(stage.full_q, kBshd);
         backward_block.q_position = block.queries.position;
         backward_block.segments.clear();
         for (const VisibleKey& key : block.keys)
           backward_block.segments.push_back(
-              {{kv_rows(full_k, group, key.chunk), kv_rows(full_v, group, key.chunk), key.chunk.position},
-               kv_rows(full_dk, group, key.chunk),
-               kv_rows(full_dv, group, key.chunk)});
-        backward_block.dout = queries(full_dout, kBshd);
-        backward_block.out = output_travels() ? queries(full_out, kBshd) : TensorView{};
-        backward_block.lse = queries(full_lse, kBhs);
-        backward_block.delta = output_travels() ? TensorView{} : queries(full_delta, kBhs);
+              {{kv_rows(stage.full_k, group, key.chunk), kv_rows(stage.full_v, group, key.chunk), key.chunk.position},
+               kv_rows(stage.full_dk, group, key.chunk),
+               kv_rows(stage.full_dv, group, key.chunk)});
+        backward_block.dout = queries(stage.full_dout, kBshd);
+        backward_block.out = output_travels() ? queries(stage.full_out, kBshd) : TensorView{};
+        backward_block.lse = queries(stage.full_lse, kBhs);
+        backward_block.delta = output_travels() ? TensorView{} : queries(stage.full_delta, kBhs);
         backward_block.mask = mask;
         backward_block.scale = scale;
-        backward_block.dq = queries(full_dq, kBshd);
+        backward_block.dq = queries(stage.full_dq, kBshd);
         kernels->backward(backward_block);
       }
   }
 
-  void exchange(ProfileRecorder& recorder, int step, AllToAllExchange& blocks) {
+  // Starts `blocks`' all-to-all at `step`, counting what it sends.
+  std::unique_ptr<PendingTransfer> start(ProfileRecorder& recorder, int step, AllToAllExchange& blocks) {
     const int peers = comm.size() - 1;
     recorder.sent(step, static_cast<double>(blocks.bytes_per_peer()) * peers, peers);
-    std::unique_ptr<PendingTransfer> transfer = blocks.start(comm);
-    recorder.wait(step, comm, *transfer);
+    return blocks.start(comm);
   }
 
   // Sequence shard -> blocks: the block for peer p gets heads `heads_of[p]` of this rank's tokens.
@@ -453,16 +547,16 @@ class UlyssesStrategy final : public StrategyBase {
     }
   }
 
-  // Both communicators of this call; the inner strategy binds its own.
-  void pack_inputs(const AllToAllExchange& inputs, const TensorView& q, const TensorView& k, const TensorView& v) {
-    pack_head_shards(q, kBshd, query_heads_of, inputs, kQPart);
-    pack_head_shards(k, kBshd, kv_heads_of, inputs, kKPart);
-    pack_head_shards(v, kBshd, kv_heads_of, inputs, kVPart);
+  void pack_inputs(const HeadStage& stage, const AllToAllExchange& inputs, const TensorView& q, const TensorView& k,
+                   const TensorView& v) {
+    pack_head_shards(q, kBshd, stage.query_heads_of, inputs, kQPart);
+    pack_head_shards(k, kBshd, stage.kv_heads_of, inputs, kKPart);
+    pack_head_shards(v, kBshd, stage.kv_heads_of, inputs, kVPart);
   }
-  void unpack_inputs(const AllToAllExchange& inputs) {
-    unpack_sequence_shards(inputs, kQPart, kBshd, full_q);
-    unpack_sequence_shards(inputs, kKPart, kBshd, full_k);
-    unpack_sequence_shards(inputs, kVPart, kBshd, full_v);
+  void unpack_inputs(const HeadStage& stage, const AllToAllExchange& inputs) {
+    unpack_sequence_shards(inputs, kQPart, kBshd, stage.full_q);
+    unpack_sequence_shards(inputs, kKPart, kBshd, stage.full_k);
+    unpack_sequence_shards(inputs, kVPart, kBshd, stage.full_v);
   }
 
   AcrossGroups across;
@@ -474,36 +568,15 @@ class UlyssesStrategy final : public StrategyBase {
   const int64_t heads_per_rank;  // H / ranks query heads per head shard
   const int64_t group_size;      // H / HK query heads per kv head
   const DType result_dtype;      // of full_out, full_dq, full_dk, full_dv and the gradient blocks
-  std::vector<HeadRange> query_heads_of;  // per rank, global query heads of its head shard
-  std::vector<HeadRange> kv_heads_of;     // per rank, global kv heads its query heads read
-  int64_t kv_heads_per_block = 0;         // the most kv heads any rank reads
-  int64_t own_kv_heads = 0;               // kv heads this rank reads
-  std::vector<HeadGroup> groups;          // this rank's query heads as kernel calls
+  std::vector<HeadStage> stages;  // in the order they are moved and attended
   ChunkPairing pairing;  // the local attention's blocks over the gathered sequence, and rows seeing no key
 
-  AllToAllExchange forward_inputs;   // q, k, v
-  AllToAllExchange forward_results;  // out, lse
-  AllToAllExchange backward_inputs;  // q, k, v, dout, lse, and delta or out (see output_travels)
-  AllToAllExchange gradients;        // dq, dk, dv in result_dtype
-
-  std::vector<DeviceBuffer> head_shard_buffers;
-  TensorView full_q;    // (B, group_seq, H/ranks, D)
-  TensorView full_k;    // (B, group_seq, own_kv_heads, D)
-  TensorView full_v;    // (B, group_seq, own_kv_heads, D)
-  TensorView full_lse;  // (B, H/ranks, group_seq) fp32: written by forward, received by backward
-  bool forward_exchanges_ready = false;  // their buffers allocated and parts placed
-  std::vector<DeviceBuffer> forward_buffers;
-  TensorView full_final_out;  // (B, group_seq, H/ranks, D) the call's dtype, block kernels: their final out
-  std::vector<DeviceBuffer> out_buffers;
-  TensorView full_out;  // (B, group_seq, H/ranks, D) result_dtype: written by forward, received by backward when
-                        // output_travels()
+  std::vector<DeviceBuffer> head_shard_buffers;  // every stage's full_q, full_k, full_v, full_lse
+  bool forward_exchanges_ready = false;          // their buffers allocated and parts placed
+  std::vector<DeviceBuffer> forward_buffers;     // full_final_out
+  std::vector<DeviceBuffer> out_buffers;         // full_out
   std::vector<DeviceBuffer> backward_buffers;
   TensorView local_delta;  // (B, H, S/N) fp32, block kernels that read only delta
-  TensorView full_dout;    // (B, group_seq, H/ranks, D)
-  TensorView full_delta;   // (B, H/ranks, group_seq) fp32, block kernels that read only delta
-  TensorView full_dq;      // (B, group_seq, H/ranks, D) result_dtype
-  TensorView full_dk;      // (B, group_seq, own_kv_heads, D) result_dtype
-  TensorView full_dv;      // (B, group_seq, own_kv_heads, D) result_dtype
   TensorView dk_sum;       // (B, S/N, HK, D) fp32: every rank's contribution to this rank's tokens
   TensorView dv_sum;       // (B, S/N, HK, D) fp32
   Profile inner_timing;    // the inner strategy's last call

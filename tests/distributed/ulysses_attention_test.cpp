@@ -48,6 +48,9 @@ const HeadCase kHeadCases[] = {
     // HK = 3: at 2 ranks (H = 6) neither H/N nor HK divides the other; at 4 and 8 ranks groups of
     // 4 and 8 query heads straddle ranks of 3 heads.
     {"three_kv_heads", 3, 0, 3},
+    // 8 heads per rank in groups of 2: each rank's heads go in stages of whole groups
+    // (schedule/ulysses_stages.hpp), whose all-to-alls overlap the other stages' attention.
+    {"kv_groups_in_stages", 8, 4, 0},
 };
 
 using AccuracyCase = std::tuple<int /*head case*/, int /*mask index*/, DType>;
@@ -71,7 +74,7 @@ std::string case_name(const ::testing::TestParamInfo<AccuracyCase>& info) {
 }
 
 INSTANTIATE_TEST_SUITE_P(HeadSplits, UlyssesAccuracy,
-                         ::testing::Combine(::testing::Range(0, 5), ::testing::Range(0, 3),
+                         ::testing::Combine(::testing::Range(0, 6), ::testing::Range(0, 3),
                                             ::testing::Values(DType::f32, DType::bf16)),
                          case_name);
 

@@ -236,7 +236,9 @@ TEST(CostModel, ShortWindowsComputeOnlyBesideTheRanksOwnKeys) {
 
   const StrategyCost ulysses = strategy_cost(cluster, shape, ranks, mask_of(true, w, -1), Algorithm::ulysses);
   const double pairs = static_cast<double>(shape.seq * (w + 1) - w * (w + 1) / 2);
-  EXPECT_DOUBLE_EQ(ulysses.step.compute_seconds, per_pair / ranks * pairs);
+  double ulysses_compute = 0;  // over its stages
+  for (const StepCost& cost : ulysses.forward) ulysses_compute += cost.count * cost.compute_seconds;
+  EXPECT_DOUBLE_EQ(ulysses_compute, per_pair / ranks * pairs);
 
   // Under the causal mask with this window zigzag's slowest step is the rank holding the chunks
   // beside both of its own; every strategy costs far less than without the window.
@@ -443,6 +445,41 @@ TEST(CostModel, UlyssesReplicatesTheKvHeadsSeveralRanksRead) {
   // Per peer: q 4 tokens * 3 heads * 4 dims * 2 bytes = 96, k and v 4 * 2 * 4 * 2 = 64 each, then
   // out 96 and lse 3 heads * 4 tokens * 4 bytes = 48.
   EXPECT_EQ(ulysses.step.transfer.bytes, 3 * (96 + 64 + 64) + 3 * (96 + 48));
+}
+
+// Plain Ulysses with 16 query heads per rank runs in two stages (schedule/ulysses_stages.hpp):
+// the first stage's inputs and the last stage's results wait for the network, the second stage's
+// inputs travel beside the first stage's attention and the first stage's results beside the
+// second's; the bytes are those of one stage.
+TEST(CostModel, UlyssesStagesExposeOnlyTheFirstInputsAndTheLastResults) {
+  const Cluster cluster = sized_cluster(cluster_preset("nvswitch"), 2, 1, 0);
+  const AttentionShape shape = llm_shape(8192, 2);
+  const StrategyCost ulysses = cost_of(Algorithm::ulysses, cluster, shape, 2, true);
+  ASSERT_TRUE(ulysses.applies()) << ulysses.not_applicable;
+  EXPECT_EQ(ulysses.configuration, "16 heads per rank in 2 stages");
+  // Per stage and peer: q, k, v of 8192 tokens * 8 heads * 128 dims * 2 bytes; out the same, lse
+  // 8 heads * 8192 tokens * 4 bytes.
+  const int64_t part = 8192 * 8 * 128 * 2, lse = 8 * 8192 * 4;
+  ASSERT_EQ(ulysses.forward.size(), 4u);
+  const StepCost& first_inputs = ulysses.forward[0];
+  const StepCost& first_attention = ulysses.forward[1];
+  const StepCost& second_attention = ulysses.forward[2];
+  const StepCost& last_results = ulysses.forward[3];
+  EXPECT_FALSE(first_inputs.overlapped);
+  EXPECT_EQ(first_inputs.transfer.bytes, 3 * part);
+  EXPECT_TRUE(first_attention.overlapped);
+  EXPECT_EQ(first_attention.transfer.bytes, 3 * part);
+  EXPECT_TRUE(second_attention.overlapped);
+  EXPECT_EQ(second_attention.transfer.bytes, part + lse);
+  EXPECT_DOUBLE_EQ(first_attention.compute_seconds, second_attention.compute_seconds);
+  EXPECT_FALSE(last_results.overlapped);
+  EXPECT_EQ(last_results.transfer.bytes, part + lse);
+  // At 8k tokens per rank the attention hides the transfers beside it.
+  EXPECT_DOUBLE_EQ(ulysses.forward_exposed_seconds, first_inputs.transfer.seconds + last_results.transfer.seconds);
+  // Backward: dq, dk, dv return in fp32.
+  ASSERT_EQ(ulysses.backward.size(), 4u);
+  EXPECT_EQ(ulysses.backward.front().transfer.bytes, 5 * part + lse);
+  EXPECT_EQ(ulysses.backward.back().transfer.bytes, 3 * 2 * part);
 }
 
 TEST(CostModel, UspTradesUlyssesAllToAllsForLongerRingSteps) {
