@@ -148,43 +148,25 @@ class UlyssesStrategy final : public StrategyBase {
     begin_forward(comm, q, k, v, out, lse);
     ensure_forward_workspace();
     ProfileRecorder recorder(profile, kSteps, *kernels, "forward");
-
-    // Every stage's inputs set off at once; each stage's results go back while the next attends.
-    std::vector<std::unique_ptr<PendingTransfer>> inputs(stages.size()), results(stages.size());
-    for (std::size_t index = 0; index < stages.size(); ++index) {
-      HeadStage& stage = stages[index];
-      recorder.compute(kToHeadsStep, [&] { pack_inputs(stage, stage.forward_inputs, q, k, v); });
-      inputs[index] = start(recorder, kToHeadsStep, stage.forward_inputs);
-    }
-    for (std::size_t index = 0; index < stages.size(); ++index) {
-      HeadStage& stage = stages[index];
-      recorder.wait(kToHeadsStep, comm, *inputs[index]);
-      recorder.compute(kToHeadsStep, [&] { unpack_inputs(stage, stage.forward_inputs); });
-
-      Profile* inner_profile = profile ? &inner_timing : nullptr;
-      recorder.compute(kAttentionStep, [&] {
-        if (across.inner)
-          across.inner->forward(stage.full_q, stage.full_k, stage.full_v, stage.full_out, stage.full_lse,
-                                inner_profile);
-        else
-          attend_locally_forward(stage);
-      });
-      if (inner_profile) recorder.fold_nested(kAttentionStep, *inner_profile);
-
-      recorder.compute(kToSequenceStep, [&] {
-        pack_sequence_shards(out_to_send(stage), kBshd, stage.forward_results, kOutPart);
-        pack_sequence_shards(stage.full_lse, kBhs, stage.forward_results, kLsePart);
-      });
-      results[index] = start(recorder, kToSequenceStep, stage.forward_results);
-    }
-    for (std::size_t index = 0; index < stages.size(); ++index) {
-      HeadStage& stage = stages[index];
-      recorder.wait(kToSequenceStep, comm, *results[index]);
-      recorder.compute(kToSequenceStep, [&] {
-        unpack_head_shards(stage.forward_results, kOutPart, kBshd, stage.query_heads_of, out, Arrival::overwrite);
-        unpack_head_shards(stage.forward_results, kLsePart, kBhs, stage.query_heads_of, lse, Arrival::overwrite);
-      });
-    }
+    pass_over_stages(
+        recorder, profile, &HeadStage::forward_inputs, &HeadStage::forward_results,
+        [&](HeadStage& stage) { pack_inputs(stage, stage.forward_inputs, q, k, v); },
+        [&](HeadStage& stage) { unpack_inputs(stage, stage.forward_inputs); },
+        [&](HeadStage& stage, Profile* inner_profile) {
+          if (across.inner)
+            across.inner->forward(stage.full_q, stage.full_k, stage.full_v, stage.full_out, stage.full_lse,
+                                  inner_profile);
+          else
+            attend_locally_forward(stage);
+        },
+        [&](HeadStage& stage) {
+          pack_sequence_shards(out_to_send(stage), kBshd, stage.forward_results, kOutPart);
+          pack_sequence_shards(stage.full_lse, kBhs, stage.forward_results, kLsePart);
+        },
+        [&](HeadStage& stage) {
+          unpack_head_shards(stage.forward_results, kOutPart, kBshd, stage.query_heads_of, out, Arrival::overwrite);
+          unpack_head_shards(stage.forward_results, kLsePart, kBhs, stage.query_heads_of, lse, Arrival::overwrite);
+        });
     recorder.finish();
   }
 
@@ -194,68 +176,50 @@ class UlyssesStrategy final : public StrategyBase {
     begin_backward(comm, q, k, v, out, lse, dout, dq, dk, dv);
     ensure_backward_workspace();
     ProfileRecorder recorder(profile, kSteps, *kernels, "backward");
-
-    recorder.compute(kToHeadsStep, [&] {
-      if (!output_travels()) kernels->softmax_delta(out, dout, local_delta);
-      kernels->fill(dk_sum, 0.0f);
-      kernels->fill(dv_sum, 0.0f);
-    });
-    // As forward: every stage's inputs at once, each stage's gradients back while the next attends.
-    std::vector<std::unique_ptr<PendingTransfer>> inputs(stages.size()), results(stages.size());
-    for (std::size_t index = 0; index < stages.size(); ++index) {
-      HeadStage& stage = stages[index];
-      AllToAllExchange& blocks = stage.backward_inputs;
-      recorder.compute(kToHeadsStep, [&] {
-        pack_inputs(stage, blocks, q, k, v);
-        pack_head_shards(dout, kBshd, stage.query_heads_of, blocks, kDoutPart);
-        pack_head_shards(lse, kBhs, stage.query_heads_of, blocks, kLseInPart);
-        if (output_travels())
-          pack_head_shards(out, kBshd, stage.query_heads_of, blocks, kOutputPart);
-        else
-          pack_head_shards(local_delta, kBhs, stage.query_heads_of, blocks, kOutputPart);
-      });
-      inputs[index] = start(recorder, kToHeadsStep, blocks);
-    }
-    for (std::size_t index = 0; index < stages.size(); ++index) {
-      HeadStage& stage = stages[index];
-      AllToAllExchange& blocks = stage.backward_inputs;
-      recorder.wait(kToHeadsStep, comm, *inputs[index]);
-      recorder.compute(kToHeadsStep, [&] {
-        unpack_inputs(stage, blocks);
-        unpack_sequence_shards(blocks, kDoutPart, kBshd, stage.full_dout);
-        unpack_sequence_shards(blocks, kLseInPart, kBhs, stage.full_lse);
-        if (output_travels())
-          unpack_sequence_shards(blocks, kOutputPart, kBshd, stage.full_out);
-        else
-          unpack_sequence_shards(blocks, kOutputPart, kBhs, stage.full_delta);
-      });
-
-      Profile* inner_profile = profile ? &inner_timing : nullptr;
-      recorder.compute(kAttentionStep, [&] {
-        if (across.inner)
-          across.inner->backward(stage.full_q, stage.full_k, stage.full_v, stage.full_out, stage.full_lse,
-                                 stage.full_dout, stage.full_dq, stage.full_dk, stage.full_dv, inner_profile);
-        else
-          attend_locally_backward(stage);
-      });
-      if (inner_profile) recorder.fold_nested(kAttentionStep, *inner_profile);
-
-      recorder.compute(kToSequenceStep, [&] {
-        pack_sequence_shards(stage.full_dq, kBshd, stage.gradients, kDqPart);
-        pack_sequence_shards(stage.full_dk, kBshd, stage.gradients, kDkPart);
-        pack_sequence_shards(stage.full_dv, kBshd, stage.gradients, kDvPart);
-      });
-      results[index] = start(recorder, kToSequenceStep, stage.gradients);
-    }
-    for (std::size_t index = 0; index < stages.size(); ++index) {
-      HeadStage& stage = stages[index];
-      recorder.wait(kToSequenceStep, comm, *results[index]);
-      recorder.compute(kToSequenceStep, [&] {
-        unpack_head_shards(stage.gradients, kDqPart, kBshd, stage.query_heads_of, dq, Arrival::overwrite);
-        unpack_head_shards(stage.gradients, kDkPart, kBshd, stage.kv_heads_of, dk_sum, Arrival::sum);
-        unpack_head_shards(stage.gradients, kDvPart, kBshd, stage.kv_heads_of, dv_sum, Arrival::sum);
-      });
-    }
+    pass_over_stages(
+        recorder, profile, &HeadStage::backward_inputs, &HeadStage::gradients,
+        [&](HeadStage& stage) {
+          AllToAllExchange& blocks = stage.backward_inputs;
+          pack_inputs(stage, blocks, q, k, v);
+          pack_head_shards(dout, kBshd, stage.query_heads_of, blocks, kDoutPart);
+          pack_head_shards(lse, kBhs, stage.query_heads_of, blocks, kLseInPart);
+          if (output_travels())
+            pack_head_shards(out, kBshd, stage.query_heads_of, blocks, kOutputPart);
+          else
+            pack_delta(stage, out, dout);
+        },
+        [&](HeadStage& stage) {
+          const AllToAllExchange& blocks = stage.backward_inputs;
+          unpack_inputs(stage, blocks);
+          unpack_sequence_shards(blocks, kDoutPart, kBshd, stage.full_dout);
+          unpack_sequence_shards(blocks, kLseInPart, kBhs, stage.full_lse);
+          if (output_travels())
+            unpack_sequence_shards(blocks, kOutputPart, kBshd, stage.full_out);
+          else
+            unpack_sequence_shards(blocks, kOutputPart, kBhs, stage.full_delta);
+        },
+        [&](HeadStage& stage, Profile* inner_profile) {
+          if (across.inner)
+            across.inner->backward(stage.full_q, stage.full_k, stage.full_v, stage.full_out, stage.full_lse,
+                                   stage.full_dout, stage.full_dq, stage.full_dk, stage.full_dv, inner_profile);
+          else
+            attend_locally_backward(stage);
+        },
+        [&](HeadStage& stage) {
+          pack_sequence_shards(stage.full_dq, kBshd, stage.gradients, kDqPart);
+          pack_sequence_shards(stage.full_dk, kBshd, stage.gradients, kDkPart);
+          pack_sequence_shards(stage.full_dv, kBshd, stage.gradients, kDvPart);
+        },
+        [&](HeadStage& stage) {
+          // Zeroed here, once every stage's inputs have left, so that the first ones leave sooner.
+          if (&stage == &stages.front()) {
+            kernels->fill(dk_sum, 0.0f);
+            kernels->fill(dv_sum, 0.0f);
+          }
+          unpack_head_shards(stage.gradients, kDqPart, kBshd, stage.query_heads_of, dq, Arrival::overwrite);
+          unpack_head_shards(stage.gradients, kDkPart, kBshd, stage.kv_heads_of, dk_sum, Arrival::sum);
+          unpack_head_shards(stage.gradients, kDvPart, kBshd, stage.kv_heads_of, dv_sum, Arrival::sum);
+        });
     recorder.compute(kToSequenceStep, [&] {
       kernels->copy(dk_sum, dk);
       kernels->copy(dv_sum, dv);
@@ -384,8 +348,6 @@ class UlyssesStrategy final : public StrategyBase {
     if (!backward_buffers.empty()) return;
     const int64_t B = shape.batch, D = shape.head_dim;
     if (output_travels()) ensure_full_out();
-    else
-      local_delta = allocate(backward_buffers, DType::f32, {B, shape.heads, local_seq});
     dk_sum = allocate(backward_buffers, DType::f32, {B, local_seq, shape.kv_heads, D});
     dv_sum = allocate(backward_buffers, DType::f32, {B, local_seq, shape.kv_heads, D});
     for (HeadStage& stage : stages) {
@@ -500,6 +462,36 @@ class UlyssesStrategy final : public StrategyBase {
       }
   }
 
+  // One pass over the stages: every stage's inputs packed and sent at once, then stage by stage
+  // its inputs awaited and unpacked, its attention (`attend` gets the profile an inner strategy
+  // fills, or null) and its results packed and sent while the next stage attends; last every
+  // stage's results awaited and unpacked. `inputs` and `results` are the pass's exchanges.
+  template <typename PackInputs, typename UnpackInputs, typename Attend, typename PackResults, typename UnpackResults>
+  void pass_over_stages(ProfileRecorder& recorder, Profile* profile, AllToAllExchange HeadStage::*inputs,
+                        AllToAllExchange HeadStage::*results, PackInputs pack_inputs, UnpackInputs unpack_inputs,
+                        Attend attend, PackResults pack_results, UnpackResults unpack_results) {
+    std::vector<std::unique_ptr<PendingTransfer>> arriving(stages.size()), leaving(stages.size());
+    for (std::size_t index = 0; index < stages.size(); ++index) {
+      HeadStage& stage = stages[index];
+      recorder.compute(kToHeadsStep, [&] { pack_inputs(stage); });
+      arriving[index] = start(recorder, kToHeadsStep, stage.*inputs);
+    }
+    for (std::size_t index = 0; index < stages.size(); ++index) {
+      HeadStage& stage = stages[index];
+      recorder.wait(kToHeadsStep, comm, *arriving[index]);
+      recorder.compute(kToHeadsStep, [&] { unpack_inputs(stage); });
+      Profile* inner_profile = profile ? &inner_timing : nullptr;
+      recorder.compute(kAttentionStep, [&] { attend(stage, inner_profile); });
+      if (inner_profile) recorder.fold_nested(kAttentionStep, *inner_profile);
+      recorder.compute(kToSequenceStep, [&] { pack_results(stage); });
+      leaving[index] = start(recorder, kToSequenceStep, stage.*results);
+    }
+    for (std::size_t index = 0; index < stages.size(); ++index) {
+      recorder.wait(kToSequenceStep, comm, *leaving[index]);
+      recorder.compute(kToSequenceStep, [&] { unpack_results(stages[index]); });
+    }
+  }
+
   // Starts `blocks`' all-to-all at `step`, counting what it sends.
   std::unique_ptr<PendingTransfer> start(ProfileRecorder& recorder, int step, AllToAllExchange& blocks) {
     const int peers = comm.size() - 1;
@@ -514,6 +506,16 @@ class UlyssesStrategy final : public StrategyBase {
       const HeadRange& heads = heads_of[static_cast<std::size_t>(peer)];
       kernels->copy(shard.slice(axes.head, heads.first, heads.count),
                     blocks.to_send(peer, part).slice(axes.head, 0, heads.count));
+    }
+  }
+
+  // delta = rowsum(dout * out) of the stage's heads, written straight into each peer's block.
+  void pack_delta(const HeadStage& stage, const TensorView& out, const TensorView& dout) {
+    for (int peer = 0; peer < ranks; ++peer) {
+      const HeadRange& heads = stage.query_heads_of[static_cast<std::size_t>(peer)];
+      kernels->softmax_delta(out.slice(kBshd.head, heads.first, heads.count),
+                             dout.slice(kBshd.head, heads.first, heads.count),
+                             stage.backward_inputs.to_send(peer, kOutputPart));
     }
   }
 
@@ -576,7 +578,6 @@ class UlyssesStrategy final : public StrategyBase {
   std::vector<DeviceBuffer> forward_buffers;     // full_final_out
   std::vector<DeviceBuffer> out_buffers;         // full_out
   std::vector<DeviceBuffer> backward_buffers;
-  TensorView local_delta;  // (B, H, S/N) fp32, block kernels that read only delta
   TensorView dk_sum;       // (B, S/N, HK, D) fp32: every rank's contribution to this rank's tokens
   TensorView dv_sum;       // (B, S/N, HK, D) fp32
   Profile inner_timing;    // the inner strategy's last call
