@@ -3,9 +3,9 @@
 // locally over the whole sequence, and an all-to-all turns the results back into sequence shards.
 // Backward moves its inputs the same way and sends the gradients back, summing the gradients of
 // kv heads that several ranks read. Plain Ulysses cuts the head shards into stages
-// (schedule/ulysses_stages.hpp) whose all-to-alls run while the other stages attend. At batch 1 the gathered head
-// shards (q, k, v, dout; the final out, dq, dk, dv) are where the all-to-alls land or start (AllToAllExchange::place):
-// only the sequence shards' heads are packed and unpacked.
+// (schedule/ulysses_stages.hpp) whose all-to-alls run while the other stages attend. At batch 1
+// the gathered head shards (q, k, v, dout; the final out, dq, dk, dv) are where the all-to-alls
+// land or start (AllToAllExchange::place): only the sequence shards' heads are packed and unpacked.
 //
 // USP (usp_strategy.cpp) is the same code inside groups of N1 consecutive ranks, with a rotation
 // across the groups attending the head shards instead of the local block kernels.
@@ -241,7 +241,7 @@ class UlyssesStrategy final : public StrategyBase {
   enum ForwardResultPart { kOutPart, kLsePart };
   enum GradientPart { kDqPart, kDkPart, kDvPart };
 
-  // A slice of every rank's query heads and the kv heads they read (ulysses_stages.hpp): its
+  // A slice of every rank's query heads and the kv heads they read (schedule/ulysses_stages.hpp):
   // all-to-alls, and this rank's head shard of it over the gathered sequence. The tensors are the
   // stage's own so that, at batch 1, each peer's sequence chunk of them is contiguous and the
   // all-to-alls can land in or start from them.
