@@ -53,7 +53,10 @@
 #   bench-ab     the same for the distributed bench: spattn_gpu_bench of each build at every GPU
 #                (SPATTN_BENCH_ARGS), the builds taking turns SPATTN_AB_ROUNDS times, into one table,
 #                bench-ab.md (bench/compare_bench_variants.py: each row's median TFLOP/s per GPU and
-#                its ratio to the base's), and VARIANT.csv (bench-ab-csv.tar.gz)
+#                its ratio to the base's), and VARIANT.csv (bench-ab-csv.tar.gz). Both A/B stages
+#                also run the base build once per entry of SPATTN_AB_ENVS (space-separated, each
+#                NAME=VALUE[,NAME=VALUE...], e.g. "NCCL_CTA_POLICY=1 NCCL_MAX_CTAS=8") with those
+#                variables set: a library's setting A/B'd without a patch
 #   torch-bench  PyTorch's context_parallel on every GPU into the same bench.csv (torch.log;
 #                TORCH_BENCH_ARGS adds options, '|' between the option sets of separate runs);
 #                bench.md and bench.png then plot both
@@ -691,7 +694,7 @@ fi
 # into STAGE.md; they go into STAGE-csv.tar.gz.
 ab_stage() {
   local stage=$1 target=$2 binary=$3 compare=$4 run=$5
-  local directory="$build_dir/$stage" log="$logs/$stage.log" patch name round variant status=0 variants csvs=()
+  local directory="$build_dir/$stage" log="$logs/$stage.log" patch environment name round variant status=0 variants csvs=()
   rm -rf "$directory"
   # LD_LIBRARY_PATH picks each build's library (it comes before the binaries' RUNPATH).
   keep_build() { mkdir -p "$directory/$1" && cp "$build_dir/$binary" "$build_dir"/libspattn.so* "$directory/$1/"; }
@@ -712,6 +715,14 @@ ab_stage() {
     fi
     patch -R -p1 -d "$root" <"$patch" >>"$log" 2>&1
   done
+  # The base build again under each environment of SPATTN_AB_ENVS; DIRECTORY/VARIANT.env holds its
+  # assignments, one a line, for RUN to set.
+  for environment in ${SPATTN_AB_ENVS:-}; do
+    name="$(tr '=,' '-_' <<<"$environment")"
+    echo "== variant $name: the base build with $environment" >>"$log"
+    cp -r "$directory/base" "$directory/$name" && tr ',' '\n' <<<"$environment" >"$directory/$name.env" &&
+      variants+=("$name")
+  done
   for round in $(seq "${SPATTN_AB_ROUNDS:-3}"); do
     for variant in "${variants[@]}"; do
       echo "== round $round: $variant" >>"$log"
@@ -725,18 +736,28 @@ ab_stage() {
   else record "$stage" failed "exit $status: see $stage.log"; fi
 }
 
+# The assignments of VARIANT's environment in DIRECTORY (see ab_stage), one a line; none for a build.
+variant_environment() {
+  [[ -f "$2/$1.env" ]] && cat "$2/$1.env"
+  return 0
+}
+
 # The kernel bench of build VARIANT in DIRECTORY, on one GPU.
 run_kernel_bench_variant() {
+  local assignments
+  mapfile -t assignments < <(variant_environment "$1" "$2")
   # shellcheck disable=SC2086  # the extra arguments are words
-  LD_LIBRARY_PATH="$2/$1${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" timeout "$(seconds_left)" \
+  env "${assignments[@]}" LD_LIBRARY_PATH="$2/$1${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" timeout "$(seconds_left)" \
     "$2/$1/spattn_kernel_bench" --kernels own,cudnn --csv "$2/$1.csv" ${SPATTN_KERNEL_BENCH_ARGS:-}
 }
 
 # The distributed bench of build VARIANT in DIRECTORY, one rank per GPU.
 run_gpu_bench_variant() {
+  local assignment exports=()
+  while IFS= read -r assignment; do exports+=(-x "$assignment"); done < <(variant_environment "$1" "$2")
   # shellcheck disable=SC2086  # the extra arguments are words
   timeout "$(seconds_left)" mpirun --oversubscribe -np "$gpus" -x SPATTN_TIMEOUT="${SPATTN_TIMEOUT:-120}" \
-    -x LD_LIBRARY_PATH="$2/$1${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$2/$1/spattn_gpu_bench" \
+    -x LD_LIBRARY_PATH="$2/$1${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "${exports[@]}" "$2/$1/spattn_gpu_bench" \
     --device-name "$device_name x$gpus" --csv "$2/$1.csv" ${SPATTN_BENCH_ARGS:-}
 }
 
