@@ -58,9 +58,11 @@ TEST_P(PackedDocumentAccuracy, MatchesPerDocumentReferenceForwardAndBackward) {
   if (!setup.not_applicable.empty()) GTEST_SKIP() << setup.not_applicable;
   AttentionOptions options = kMasks[mask_index].options;
   options.document_lengths = kDocumentSets[set_index].lengths;
-  // Ulysses gives every rank whole query heads.
-  const int64_t heads = algorithm == Algorithm::ulysses ? 2 * world().size() : 4;
-  const AttentionShape shape{1, total_tokens(options.document_lengths), heads, 2, 32, DType::bf16};
+  // Ulysses gives every rank whole query heads: 4 over 2 kv heads each, which it moves and attends
+  // in two stages (schedule/ulysses_stages.hpp).
+  const bool ulysses = algorithm == Algorithm::ulysses;
+  const int64_t heads = ulysses ? 4 * world().size() : 4, kv_heads = ulysses ? 2 * world().size() : 2;
+  const AttentionShape shape{1, total_tokens(options.document_lengths), heads, kv_heads, 32, DType::bf16};
   const uint64_t seed = 5000 + static_cast<uint64_t>(mask_index) * 10 + static_cast<uint64_t>(set_index);
   expect_accurate(algorithm, random_problem(shape, options, seed, /*backward=*/true), setup.options);
 }
