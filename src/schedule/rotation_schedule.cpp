@@ -87,6 +87,27 @@ std::vector<RotationStepBlock> rotation_step_blocks(const SequenceLayout& layout
   return blocks;
 }
 
+namespace {
+
+bool sees_every_key(const RotationStepBlock& block, const AttentionMask& mask) {
+  const int64_t first_query = block.queries.position, end_query = first_query + block.queries.length;
+  return std::all_of(block.keys.begin(), block.keys.end(), [&](const SlotPiece& piece) {
+    return mask.all_visible(first_query, end_query, piece.position, piece.position + piece.length);
+  });
+}
+
+bool same_piece(const SlotPiece& a, const SlotPiece& b) {
+  return a.slot == b.slot && a.slot_offset == b.slot_offset && a.length == b.length && a.position == b.position;
+}
+
+}  // namespace
+
+bool fuses_with(const RotationStepBlock& block, const RotationStepBlock& next, const AttentionMask& mask) {
+  return block.queries.local_offset + block.queries.length == next.queries.local_offset &&
+         std::equal(block.keys.begin(), block.keys.end(), next.keys.begin(), next.keys.end(), same_piece) &&
+         sees_every_key(block, mask) && sees_every_key(next, mask);
+}
+
 bool keeps_own_gradient(const SequenceLayout& layout) { return layout.ranks() > 1 && layout.chunks(0).size() > 1; }
 
 int64_t visible_pairs(const std::vector<RotationStepBlock>& blocks, const AttentionMask& mask) {

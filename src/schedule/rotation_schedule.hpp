@@ -66,6 +66,14 @@ std::vector<RotationStepBlock> rotation_step_blocks(const SequenceLayout& layout
                                                     const CycleSchedule& schedule, const AttentionMask& mask,
                                                     const DocumentLayout* documents, int rank, int step);
 
+/// Whether `next` joins `block` (a block of the same step listed before it) in one kernel call:
+/// its query rows follow `block`'s in the rank's shard, it sees the same pieces, and every query
+/// of both sees every key of them. The call then needs no mask, so the rows of its later chunk
+/// need no positions of their own. Under a causal zigzag layout a rank whose held keys come from
+/// a lower rank has both of its chunks after them: one call of twice the rows instead of two,
+/// each with the tail of a short launch.
+bool fuses_with(const RotationStepBlock& block, const RotationStepBlock& next, const AttentionMask& mask);
+
 /// The backward's two parts of a rank's own blocks (those of step 0, on its own keys and values):
 /// `early` runs at step 0 while the keys and values make their first hop, `late` after the last
 /// step, while the last gradient hop brings the rank's slots their gradients from the other ranks

@@ -358,39 +358,85 @@ class RotationStrategy final : public StrategyBase {
     }
   }
 
+  // Calls `launch(first, end)` for each run [first, end) of `blocks` that one kernel call takes:
+  // consecutive blocks that fuse (fuses_with) and for which `same_call(a, b)` holds.
+  template <typename SameCall, typename Launch>
+  void for_each_fused_run(const std::vector<RotationStepBlock>& blocks, SameCall same_call, Launch launch) const {
+    for (std::size_t first = 0, end = 0; first < blocks.size(); first = end) {
+      end = first + 1;
+      while (end < blocks.size() && fuses_with(blocks[end - 1], blocks[end], mask) &&
+             same_call(blocks[first], blocks[end]))
+        ++end;
+      launch(first, end);
+    }
+  }
+
+  // The query rows of `blocks` [first, end) in the shard (one run: they follow each other), and the
+  // mask their call takes: a fused run is wholly visible and needs none (see fuses_with).
+  struct RunRows {
+    int64_t offset;
+    int64_t length;
+    int64_t position;
+    AttentionMask mask;
+  };
+  RunRows run_rows(const std::vector<RotationStepBlock>& blocks, std::size_t first, std::size_t end) const {
+    const SequenceChunk& head = blocks[first].queries;
+    const SequenceChunk& tail = blocks[end - 1].queries;
+    return {head.local_offset, tail.local_offset + tail.length - head.local_offset, head.position,
+            end - first > 1 ? AttentionMask{} : mask};
+  }
+
+  // What a forward block does with its rows' running result: add to it (not the chunk's first
+  // block) and round it into out (the chunk's last).
+  struct ForwardRole {
+    bool accumulate;
+    bool final;
+    bool operator==(const ForwardRole& other) const { return accumulate == other.accumulate && final == other.final; }
+  };
+  ForwardRole forward_role(int step, const RotationStepBlock& block) const {
+    const ChunkBlocks& chunk = chunk_blocks.at(block.queries.local_offset);
+    return {!(chunk.first == BlockPosition{step, &block}), chunk.last == BlockPosition{step, &block}};
+  }
+
   // The blocks of one forward step: each query chunk against every held piece it sees, merged
   // into the running result of its rows (the first block of a chunk writes it, the last rounds
-  // it into out).
+  // it into out); chunks whose blocks fuse go in one call.
   void forward_step(const TensorView& q, const SlotSet& held, int step, const TensorView& out, const TensorView& lse) {
-    for (const RotationStepBlock& block : blocks_of_step[static_cast<std::size_t>(step)]) {
-      const SequenceChunk& queries = block.queries;
-      const ChunkBlocks& chunk = chunk_blocks.at(queries.local_offset);
+    const std::vector<RotationStepBlock>& blocks = blocks_of_step[static_cast<std::size_t>(step)];
+    const auto same_role = [&](const RotationStepBlock& a, const RotationStepBlock& b) {
+      return forward_role(step, a) == forward_role(step, b);
+    };
+    for_each_fused_run(blocks, same_role, [&](std::size_t first, std::size_t end) {
+      const RunRows rows = run_rows(blocks, first, end);
+      const ForwardRole role = forward_role(step, blocks[first]);
       forward_block.segments.clear();
-      for (const SlotPiece& piece : block.keys) {
+      for (const SlotPiece& piece : blocks[first].keys) {
         const KvTensors& slot = held[static_cast<std::size_t>(piece.slot)];
         forward_block.segments.push_back({slot.k.slice(1, piece.slot_offset, piece.length),
                                           slot.v.slice(1, piece.slot_offset, piece.length), piece.position});
       }
-      forward_block.q = q.slice(1, queries.local_offset, queries.length);
-      forward_block.q_position = queries.position;
-      forward_block.mask = mask;
+      forward_block.q = q.slice(1, rows.offset, rows.length);
+      forward_block.q_position = rows.position;
+      forward_block.mask = rows.mask;
       forward_block.scale = scale;
-      forward_block.out = running_out.slice(1, queries.local_offset, queries.length);
-      forward_block.lse = lse.slice(2, queries.local_offset, queries.length);
-      forward_block.accumulate = !(chunk.first == BlockPosition{step, &block});
-      forward_block.final_out =
-          chunk.last == BlockPosition{step, &block} ? out.slice(1, queries.local_offset, queries.length) : TensorView{};
+      forward_block.out = running_out.slice(1, rows.offset, rows.length);
+      forward_block.lse = lse.slice(2, rows.offset, rows.length);
+      forward_block.accumulate = role.accumulate;
+      forward_block.final_out = role.final ? out.slice(1, rows.offset, rows.length) : TensorView{};
       kernels->forward(forward_block);
-    }
+    });
   }
 
   // Backward `blocks` (of one step, or a part of step 0's), accumulating into dq and into
-  // `gradient` (the gradient of the held slots from this rank's queries).
+  // `gradient` (the gradient of the held slots from this rank's queries); chunks whose blocks
+  // fuse go in one call.
   void backward_blocks(const TensorView& q, const TensorView& out, const TensorView& dout, const TensorView& lse,
                        const std::vector<RotationStepBlock>& blocks, const SlotSet& held, const SlotSet& gradient) {
-    for (const RotationStepBlock& block : blocks) {
+    const auto any = [](const RotationStepBlock&, const RotationStepBlock&) { return true; };
+    for_each_fused_run(blocks, any, [&](std::size_t first, std::size_t end) {
+      const RunRows rows = run_rows(blocks, first, end);
       backward_block.segments.clear();
-      for (const SlotPiece& piece : block.keys) {
+      for (const SlotPiece& piece : blocks[first].keys) {
         const KvTensors& slot = held[static_cast<std::size_t>(piece.slot)];
         const KvTensors& slot_gradient = gradient[static_cast<std::size_t>(piece.slot)];
         backward_block.segments.push_back({{slot.k.slice(1, piece.slot_offset, piece.length),
@@ -398,19 +444,17 @@ class RotationStrategy final : public StrategyBase {
                                            slot_gradient.k.slice(1, piece.slot_offset, piece.length),
                                            slot_gradient.v.slice(1, piece.slot_offset, piece.length)});
       }
-      const int64_t offset = block.queries.local_offset;
-      const int64_t length = block.queries.length;
-      backward_block.q = q.slice(1, offset, length);
-      backward_block.q_position = block.queries.position;
-      backward_block.dout = dout.slice(1, offset, length);
-      backward_block.out = out.slice(1, offset, length);
-      backward_block.lse = lse.slice(2, offset, length);
-      backward_block.delta = delta.slice(2, offset, length);
-      backward_block.mask = mask;
+      backward_block.q = q.slice(1, rows.offset, rows.length);
+      backward_block.q_position = rows.position;
+      backward_block.dout = dout.slice(1, rows.offset, rows.length);
+      backward_block.out = out.slice(1, rows.offset, rows.length);
+      backward_block.lse = lse.slice(2, rows.offset, rows.length);
+      backward_block.delta = delta.slice(2, rows.offset, rows.length);
+      backward_block.mask = rows.mask;
       backward_block.scale = scale;
-      backward_block.dq = dq_accumulator.slice(1, offset, length);
+      backward_block.dq = dq_accumulator.slice(1, rows.offset, rows.length);
       kernels->backward(backward_block);
-    }
+    });
   }
 
   const CycleSchedule schedule;

@@ -212,6 +212,28 @@ TEST(RotationSchedule, ZigzagCausalGivesEqualWorkPerRankPerStep) {
   }
 }
 
+// Under the causal mask a zigzag ring's rank whose keys come from a lower rank has both of its
+// chunks after them: the two blocks fuse into one call. Its own step (diagonal blocks), a higher
+// rank's keys (one chunk sees both pieces, the other none) and a window that cuts the pairs do not.
+TEST(RotationSchedule, ZigzagChunksAfterTheHeldKeysFuse) {
+  const int ranks = 4;
+  const CycleSchedule schedule(ring_cycles(ranks), ranks);
+  const SequenceLayout layout(LayoutKind::zigzag, 2 * ranks * 16, ranks);
+  const auto fused = [&](const AttentionMask& mask, int rank, int step) {
+    const std::vector<RotationStepBlock> blocks = step_blocks(layout, schedule, mask, rank, step);
+    return blocks.size() == 2 && fuses_with(blocks[0], blocks[1], mask);
+  };
+  for (int rank = 0; rank < ranks; ++rank)
+    for (int step = 0; step < ranks; ++step) {
+      const int source = schedule.source(0, rank, step);
+      EXPECT_EQ(fused(causal_mask(), rank, step), source < rank) << "rank " << rank << " step " << step;
+      // Without a mask every chunk sees every held piece: every step fuses.
+      EXPECT_TRUE(fused(AttentionMask{}, rank, step)) << "rank " << rank << " step " << step;
+      // A window of 8 tokens cuts the pairs of every pair of chunks.
+      EXPECT_FALSE(fused(AttentionMask{8, 0}, rank, step)) << "rank " << rank << " step " << step;
+    }
+}
+
 // Stripe: the blocks hold the positions the mask compares for their rank (mask_position); read
 // back as global positions they cover every visible pair exactly once and nothing else, and at
 // every step each rank's causal work is within a row of every other's.
