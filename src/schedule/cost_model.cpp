@@ -1,8 +1,9 @@
+#include "schedule/step_traffic.hpp"
+
 #include <algorithm>
 #include <sstream>
 
 #include "schedule/rotation_schedule.hpp"
-#include "schedule/step_traffic.hpp"
 #include "schedule/strategy_rules.hpp"
 #include "schedule/ulysses_degree.hpp"
 #include "schedule/ulysses_stages.hpp"
