@@ -5,7 +5,7 @@
 //
 //   spattn_kernel_bench [--passes forward,backward,forward+backward] [--seqs 1024,2048,4096,8192,16384,32768]
 //       [--head-dims 64,128] [--causal both|yes|no]
-//       [--kernels own,own_fp32_out,cudnn,own_deterministic,cudnn_deterministic] [--heads 32]
+//       [--kernels own,own_fp32_out,own_merge,cudnn,own_deterministic,cudnn_deterministic] [--heads 32]
 //       [--kv-heads 32] [--dtype bf16|fp16] [--warmup 3] [--iters 10] [--repeats 5] [--csv PATH]
 //
 // One timed call of each (pass, kernel) holds exactly:
@@ -13,6 +13,9 @@
 //                           final_out (as a call on the whole sequence writes it), fp32 lse
 //             own_fp32_out  the same with fp32 out (as every block but a chunk's last inside a
 //                           distributed step writes it); this pass only
+//             own_merge     the same merged into a running result (fp32 out and lse, accumulate)
+//                           and written in the input dtype, as the last block of a chunk's rows
+//                           inside a distributed step does; this pass only
 //             cudnn         CudnnAttention::forward: out in the input dtype, fp32 lse
 //   backward  own           what a backward of its own needs from out and lse: a cudaMemsetAsync
 //                           of each of the fp32 dq, dk, dv to 0 (the kernel adds into them), the
@@ -95,13 +98,15 @@ struct BenchKernel {
   bool own;            // spattn's own Hopper kernels; else cuDNN
   bool fp32_out;       // the own forward with fp32 out (a distributed step's blocks): the forward pass only
   bool deterministic;  // AttentionOptions::deterministic: passes with a backward only (a forward is either way)
+  bool merges;         // the own forward merging into a running result: the forward pass only
 };
 
-constexpr BenchKernel kBenchKernels[] = {{"own", true, false, false},
-                                         {"own_fp32_out", true, true, false},
-                                         {"cudnn", false, false, false},
-                                         {"own_deterministic", true, false, true},
-                                         {"cudnn_deterministic", false, false, true}};
+constexpr BenchKernel kBenchKernels[] = {{"own", true, false, false, false},
+                                         {"own_fp32_out", true, true, false, false},
+                                         {"own_merge", true, false, false, true},
+                                         {"cudnn", false, false, false, false},
+                                         {"own_deterministic", true, false, true, false},
+                                         {"cudnn_deterministic", false, false, true, false}};
 
 const BenchKernel& bench_kernel(const std::string& name) {
   for (const BenchKernel& kernel : kBenchKernels)
@@ -113,7 +118,7 @@ const BenchKernel& bench_kernel(const std::string& name) {
 
 /// Whether `kernel` has a call in `pass`.
 bool runs_in(const BenchKernel& kernel, Pass pass) {
-  if (kernel.fp32_out) return pass == Pass::forward;
+  if (kernel.fp32_out || kernel.merges) return pass == Pass::forward;
   if (kernel.deterministic) return has_backward(pass);
   return true;
 }
@@ -136,6 +141,10 @@ struct KernelBenchOptions {
   std::string csv;
 
   bool any_pass(bool (*has)(Pass)) const { return std::any_of(passes.begin(), passes.end(), has); }
+  bool any_kernel(bool (*is)(const BenchKernel&)) const {
+    return std::any_of(kernels.begin(), kernels.end(),
+                       [is](const std::string& name) { return is(bench_kernel(name)); });
+  }
 };
 
 std::vector<Pass> parse_passes(const std::string& text) {
@@ -262,13 +271,14 @@ struct Difference {
   bool within(double fraction_of_largest) const { return unwritten == 0 && error <= fraction_of_largest * largest; }
 };
 
-Difference difference(const TensorView& values, const TensorView& reference) {
+/// `offset`: what `values` should exceed `reference` by.
+Difference difference(const TensorView& values, const TensorView& reference, double offset = 0) {
   const std::vector<double> value = download(values), expected = download(reference);
   Difference result;
   for (std::size_t i = 0; i < value.size(); ++i) {
     result.unwritten += std::isnan(value[i]) || std::isnan(expected[i]);
     result.largest = std::max(result.largest, std::abs(expected[i]));
-    result.error = std::max(result.error, std::abs(value[i] - expected[i]));
+    result.error = std::max(result.error, std::abs(value[i] - offset - expected[i]));
   }
   return result;
 }
@@ -373,7 +383,10 @@ class KernelCase {
   /// kernels with cuDNN's where they run one of the options' passes; false where they disagree.
   bool prepare_and_check() {
     bool agrees = true;
-    if (options_.any_pass(has_forward) && own_forward_unsupported_.empty()) agrees &= check_forward();
+    if (options_.any_pass(has_forward) && own_forward_unsupported_.empty()) {
+      agrees &= check_forward();
+      if (options_.any_kernel([](const BenchKernel& kernel) { return kernel.merges; })) agrees &= check_merge();
+    }
     if (!options_.any_pass(has_backward)) return agrees;
     for (int set = 0; set < 2; ++set) cudnn_forward(set, sets_[set].attention);
     if (own_backward_unsupported_.empty()) agrees &= check_backward();
@@ -384,6 +397,7 @@ class KernelCase {
   /// that forward's out and lse; the backward pass alone reads the input set's, made before timing.
   std::function<void(int)> call(const BenchKernel& kernel, Pass pass) const {
     const bool deterministic = kernel.deterministic;
+    if (kernel.merges) return [this](int set) { own_merge_forward(set); };
     if (!kernel.own)
       return [this, pass, deterministic](int set) {
         if (has_forward(pass)) cudnn_forward(set, cudnn_output_);
@@ -411,8 +425,9 @@ class KernelCase {
   Gradients gradients(DType dtype) const { return {query_rows(dtype), key_rows(dtype), key_rows(dtype)}; }
 
   /// The own forward's block: fp32 out into own_fp32_out_, or with `final_out` into
-  /// own_output_.out in the input dtype; lse into own_output_.lse.
-  ForwardBlock own_forward_block(int set, bool final_out) const {
+  /// own_output_.out in the input dtype; lse into own_output_.lse. With `accumulate` it merges into
+  /// the running result that own_fp32_out_ and own_output_.lse hold.
+  ForwardBlock own_forward_block(int set, bool final_out, bool accumulate = false) const {
     const InputSet& input = sets_[set];
     ForwardBlock block;
     block.q = input.q.view();
@@ -422,6 +437,7 @@ class KernelCase {
     block.out = own_fp32_out_.view();
     block.lse = own_output_.lse.view();
     if (final_out) block.final_out = own_output_.out.view();
+    block.accumulate = accumulate;
     return block;
   }
 
@@ -444,6 +460,12 @@ class KernelCase {
 
   void own_forward(int set, bool final_out) const {
     cuda::hopper_forward(own_forward_block(set, final_out), kernels_.stream, &kernels_.tile_counter);
+  }
+
+  /// Merges the set's attention into the running result and writes out in the input dtype. The
+  /// running fp32 out is left as it was and lse grows by the merge: repeated calls stay finite.
+  void own_merge_forward(int set) const {
+    cuda::hopper_forward(own_forward_block(set, true, true), kernels_.stream, &kernels_.tile_counter);
   }
 
   void cudnn_forward(int set, const AttentionOutput& into) const {
@@ -486,16 +508,34 @@ class KernelCase {
     return agrees;
   }
 
+  /// The own forward merged into its own result on input set 0: out unchanged (against cuDNN's) and
+  /// lse larger by log 2. Leaves a finite running result for the timed merges.
+  bool check_merge() const {
+    for (const DeviceTensor* output :
+         {&own_fp32_out_, &own_output_.out, &own_output_.lse, &cudnn_output_.out, &cudnn_output_.lse})
+      output->set_bytes(0xff, kernels_.stream);
+    own_forward(0, false);
+    own_merge_forward(0);
+    cudnn_forward(0, cudnn_output_);
+    BENCH_CUDA_CHECK(cudaStreamSynchronize(kernels_.stream));
+    const Difference out = difference(own_output_.out.view(), cudnn_output_.out.view());
+    const Difference lse = difference(own_output_.lse.view(), cudnn_output_.lse.view(), std::log(2.0));
+    const bool agrees = out.within(2e-2) && lse.unwritten == 0 && lse.error <= 1e-2;
+    std::printf(
+        "check merge %s: own merged into itself vs cudnn out %.2e of max |out| %.3f, lse - log 2 %.2e, "
+        "%lld unwritten: %s\n",
+        describe().c_str(), out.error / out.largest, out.largest, lse.error,
+        static_cast<long long>(out.unwritten + lse.unwritten), agrees ? "agree" : "DISAGREE");
+    return agrees;
+  }
+
   /// The own backward's dq, dk, dv against cuDNN's from the same out and lse, on input set 0. The
   /// own call zeroes its gradients before its kernel adds into them, so of its outputs only delta's
   /// poison can show; a gradient its kernel leaves unwritten reads 0 and shows as an error. The
   /// deterministic own backward too where it is timed.
   bool check_backward() const {
     bool agrees = check_backward(false);
-    if (std::any_of(options_.kernels.begin(), options_.kernels.end(), [](const std::string& name) {
-          const BenchKernel& kernel = bench_kernel(name);
-          return kernel.own && kernel.deterministic;
-        }))
+    if (options_.any_kernel([](const BenchKernel& kernel) { return kernel.own && kernel.deterministic; }))
       agrees &= check_backward(true);
     return agrees;
   }

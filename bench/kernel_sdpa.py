@@ -32,7 +32,7 @@ CSV_HEADER = ("kernel", "pass", "causal", "seq", "head_dim", "heads", "kv_heads"
 FORWARDS_IN = {"forward": 1.0, "backward": 2.5, "forward+backward": 3.5}  # a pass's FLOP in forwards
 BACKENDS = {"sdpa_flash": SDPBackend.FLASH_ATTENTION, "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION}
 # The kernels spattn_kernel_bench times (bench/kernel_bench.cpp).
-SPATTN_KERNELS = ("own", "own_fp32_out", "cudnn", "own_deterministic", "cudnn_deterministic")
+SPATTN_KERNELS = ("own", "own_fp32_out", "own_merge", "cudnn", "own_deterministic", "cudnn_deterministic")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 

@@ -76,7 +76,9 @@
 # (ignored by git, ~52 MB); name that
 # folder in the device tool's `carry` and this script uses it where the machine has none.
 # SPATTN_DEVICE_BUILD_DIR (default build-device) is where it builds; SPATTN_BUILD_TARGETS, when
-# set, builds only those targets (e.g. spattn_kernel_bench for a kernel-ab call). SPATTN_DEVICE_BUDGET_S
+# set, builds only those targets (e.g. spattn_kernel_bench for a kernel-ab call); SPATTN_CMAKE_ARGS adds
+# configure options (e.g. -DSPATTN_HOPPER_HEAD_DIMS=128: half the kernel units, a shorter build
+# for a call whose cases all have head dim 128). SPATTN_DEVICE_BUDGET_S
 # (default 570) bounds the whole run: the device tool stops a command after 600 s, and a stage
 # cut short by the budget still leaves its log and summary line. SPATTN_RUN_LIMIT_S, when set,
 # bounds each test or bench command (not the builds): for a kernel that may hang.
@@ -212,6 +214,8 @@ built=0
 # A brace group, not a subshell: the paths exported for a carried OpenBLAS stay for the tests.
 {
   cmake_arguments=(-DCMAKE_BUILD_TYPE=Release -DSPATTN_CUDA=ON)
+  read -r -a extra_cmake_arguments <<<"${SPATTN_CMAKE_ARGS:-}"
+  cmake_arguments+=("${extra_cmake_arguments[@]}")
   prefix_path=()
 
   # GoogleTest: a package if there is one, else sources (the image's, or carried ones), built here.
