@@ -18,10 +18,11 @@ from collections import defaultdict
 from typing import Sequence
 
 PASSES = ("forward", "backward", "forward+backward")
-KERNELS = ("own", "own_fp32_out", "own_deterministic", "cudnn", "cudnn_deterministic", "sdpa_flash", "sdpa_cudnn")
+KERNELS = ("own", "own_fp32_out", "own_merge", "own_deterministic", "cudnn", "cudnn_deterministic", "sdpa_flash",
+           "sdpa_cudnn")
 RATIOS = (("own", "cudnn"), ("own", "sdpa_flash"))
-# The cost of determinism, in tables that hold a deterministic kernel.
-DETERMINISTIC_RATIOS = (("own_deterministic", "own"), ("cudnn_deterministic", "cudnn"))
+# What merging into a running result and determinism cost, in tables that hold such a kernel.
+VARIANT_RATIOS = (("own_merge", "own"), ("own_deterministic", "own"), ("cudnn_deterministic", "cudnn"))
 
 Key = tuple[int, int, int]  # (head_dim, causal, seq)
 Rates = dict[str, dict[Key, dict[str, float]]]  # pass -> case -> kernel -> TFLOP/s
@@ -49,7 +50,7 @@ def kernels_of(by_case: dict[Key, dict[str, float]]) -> list[str]:
 def markdown_table(by_case: dict[Key, dict[str, float]]) -> str:
     """One pass's table."""
     kernels = kernels_of(by_case)
-    ratios = list(RATIOS) + [(a, b) for a, b in DETERMINISTIC_RATIOS if a in kernels]
+    ratios = list(RATIOS) + [(a, b) for a, b in VARIANT_RATIOS if a in kernels]
     header = ["D", "causal", "S"] + kernels + [f"{a}/{b}" for a, b in ratios]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for (head_dim, causal, seq) in sorted(by_case):

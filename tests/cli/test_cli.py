@@ -508,6 +508,22 @@ class KernelBenchTable(unittest.TestCase):
                          text)
         self.assertEqual(rows, [["128", "no", "8k", "390", "455", "0.86", "-"]], text)
 
+    def test_merge_beside_the_plain_forward_with_its_cost(self):
+        with tempfile.TemporaryDirectory() as directory:
+            path = os.path.join(directory, "kernel-bench.csv")
+            with open(path, "w") as f:
+                f.write("kernel,pass,causal,seq,head_dim,heads,kv_heads,dtype,ms,tflops\n")
+                f.write("own_merge,forward,0,8192,128,32,8,bf16,2.0,600\n")
+                f.write("own,forward,0,8192,128,32,8,bf16,1.7,640\n")
+            script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench",
+                                  "plot_kernel_results.py")
+            text = subprocess.run([sys.executable, script, path], capture_output=True, text=True, check=True).stdout
+        lines = text.splitlines()
+        self.assertEqual(lines[2].split("|")[1:-1], [" D ", " causal ", " S ", " own ", " own_merge ", " own/cudnn ",
+                                                     " own/sdpa_flash ", " own_merge/own "], text)
+        self.assertEqual([cell.strip() for cell in lines[4].strip("|").split("|")],
+                         ["128", "no", "8k", "640", "600", "-", "-", "0.94"], text)
+
 
 if __name__ == "__main__":
     SPATTN = sys.argv.pop(1)
