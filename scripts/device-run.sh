@@ -65,7 +65,9 @@
 # A failing stage does not stop the later ones; the exit status is non-zero when any failed.
 # Logs go to $OUT (the device tool brings them back), or to build-device/logs when OUT is unset:
 # environment.log, build.log, gpu-tests.log, memcheck.log, racecheck.log, ctest.log,
-# ctest-output.log (every test's output), sweep.log, bench.*, summary.txt (one line per stage with its passed/failed/skipped counts).
+# ctest-output.log (every test's output), sweep.log, bench.*, clocks-STAGE.csv (the GPUs' clocks, power
+# and throttle reasons every 200 ms during bench, kernel-ab and bench-ab, summed up in a `clocks` line),
+# summary.txt (one line per stage with its passed/failed/skipped counts).
 #
 # Usage, on the device machine from the repository root:  bash scripts/device-run.sh
 # Its image may lack GoogleTest or OpenBLAS and can fetch nothing. Then, once, on a machine that
@@ -170,6 +172,38 @@ seconds_left() {
   local left
   left="$(budget_left)"
   echo $((${SPATTN_RUN_LIMIT_S:-left} < left ? ${SPATTN_RUN_LIMIT_S:-left} : left))
+}
+
+# clock_samples_start NAME ... clock_samples_stop: every GPU's SM clock, power, temperature and the
+# reasons its clock is held down, every 200 ms, into clocks-NAME.csv; the stop records one summary
+# line (median and lowest SM clock, the reasons seen), so that a slower run can be told from a
+# lower clock (long runs at full load may lower it).
+clock_sampler=""
+clock_samples_start() {
+  command -v nvidia-smi >/dev/null || return 0
+  local reasons=clocks_event_reasons.active
+  nvidia-smi --help-query-gpu 2>/dev/null | grep -q "$reasons" || reasons=clocks_throttle_reasons.active
+  clock_samples="$logs/clocks-$1.csv"
+  nvidia-smi --query-gpu="timestamp,index,clocks.sm,clocks.mem,power.draw,temperature.gpu,$reasons" \
+    --format=csv,noheader,nounits -lms 200 >"$clock_samples" 2>/dev/null &
+  clock_sampler=$!
+}
+clock_samples_stop() {
+  [[ -n "$clock_sampler" ]] || return 0
+  kill "$clock_sampler" 2>/dev/null
+  wait "$clock_sampler" 2>/dev/null
+  clock_sampler=""
+  record clocks sampled "$(basename "$clock_samples" .csv | sed 's/^clocks-//'): $(python3 - "$clock_samples" <<'CLOCKS'
+import statistics, sys
+rows = [[cell.strip() for cell in line.split(",")] for line in open(sys.argv[1]) if line.count(",") >= 6]
+sm = [float(row[2]) for row in rows if row[2].replace(".", "", 1).isdigit()]
+reasons = sorted({row[6] for row in rows})
+if sm:
+    print(f"SM clock median {statistics.median(sm):.0f} MHz, lowest {min(sm):.0f}; reasons {' '.join(reasons)}; {len(rows)} samples")
+else:
+    print("no samples")
+CLOCKS
+)"
 }
 
 # The counts of a GoogleTest log: "passed=N failed=N skipped=N".
@@ -590,10 +624,12 @@ elif ((built)); then
   # A rank left waiting by another gives up after SPATTN_TIMEOUT (120 s here, not 600): the timeout
   # retires the communicator, the later strategies fail at once, and the stages after keep their time.
   # shellcheck disable=SC2086  # the extra arguments are words
+  clock_samples_start bench
   timeout "$(seconds_left)" mpirun --oversubscribe -np "$gpus" -x SPATTN_TIMEOUT="${SPATTN_TIMEOUT:-120}" \
     "$build_dir/bench/spattn_gpu_bench" \
     --device-name "$device_name x$gpus" --csv "$logs/bench.csv" ${SPATTN_BENCH_ARGS:-} >"$logs/bench.log" 2>&1
   status=$?
+  clock_samples_stop
   if [[ $status -eq 0 ]]; then record bench passed "spattn: $(grep -c '^spattn' "$logs/bench.csv") rows"
   else record bench failed "spattn_gpu_bench exit $status: see bench.log"; fi
 else
@@ -727,12 +763,14 @@ ab_stage() {
     cp -r "$directory/base" "$directory/$name" && tr ',' '\n' <<<"$environment" >"$directory/$name.env" &&
       variants+=("$name")
   done
+  clock_samples_start "$stage"
   for round in $(seq "${SPATTN_AB_ROUNDS:-3}"); do
     for variant in "${variants[@]}"; do
-      echo "== round $round: $variant" >>"$log"
+      echo "== round $round: $variant ($(date +%T))" >>"$log"
       "$run" "$variant" "$directory" >>"$log" 2>&1 || status=$?
     done
   done
+  clock_samples_stop
   for variant in "${variants[@]}"; do csvs+=("$directory/$variant.csv"); done
   python3 "$root/bench/$compare" "${csvs[@]}" --markdown "$logs/$stage.md" >>"$log" 2>&1 || status=$?
   tar -czf "$logs/$stage-csv.tar.gz" -C "$directory" "${variants[@]/%/.csv}"
