@@ -623,8 +623,8 @@ if ! wants bench; then
 elif ((built)); then
   # A rank left waiting by another gives up after SPATTN_TIMEOUT (120 s here, not 600): the timeout
   # retires the communicator, the later strategies fail at once, and the stages after keep their time.
-  # shellcheck disable=SC2086  # the extra arguments are words
   clock_samples_start bench
+  # shellcheck disable=SC2086  # the extra arguments are words
   timeout "$(seconds_left)" mpirun --oversubscribe -np "$gpus" -x SPATTN_TIMEOUT="${SPATTN_TIMEOUT:-120}" \
     "$build_dir/bench/spattn_gpu_bench" \
     --device-name "$device_name x$gpus" --csv "$logs/bench.csv" ${SPATTN_BENCH_ARGS:-} >"$logs/bench.log" 2>&1
