@@ -22,7 +22,7 @@
 //
 //   mpirun -np N spattn_gpu_bench [--algos ring,zigzag,ulysses,hamilton,allgather,usp]
 //       [--tokens-per-gpu 8192,32768,65536] [--heads 32] [--kv-heads 32,8] [--head-dim 128]
-//       [--batch 1] [--dtype bf16] [--causal both|yes|no] [--warmup 2] [--iters 5]
+//       [--batch 1] [--dtype bf16] [--causal both|yes|no] [--warmup 2] [--iters 5] [--calls back-to-back|apart]
 //       [--transport auto] [--kernel auto|own|cudnn[,...]] [--no-ideal] [--csv PATH] [--device-name TEXT]
 //       [--documents M] [--document-seed 1]
 //
@@ -30,7 +30,10 @@
 // it under a causal mask (with documents, the sum of that over the documents); forward+backward
 // 3.5x forward. Per-GPU TFLOP/s divides by the ranks.
 // Each time is the slowest rank's mean over --iters back-to-back calls after --warmup, bracketed
-// by device synchronization (no Profile, so nothing inside the calls synchronizes). The CSV has
+// by device synchronization (no Profile, so nothing inside the calls synchronizes); with --calls
+// apart, the mean of --iters calls each timed alone, every rank's device synchronized and the
+// ranks at a barrier before it (as `spattn run --timeline` times its calls): a rank that ends a
+// call early then cannot start the next one's transfers while its peer still computes. The CSV has
 // the columns of bench/torch_context_parallel.py, so that bench/plot_results.py draws both.
 
 #include <algorithm>
@@ -81,6 +84,7 @@ struct BenchOptions {
   std::vector<bool> causal = {false, true};
   int warmup = 2;
   int iterations = 5;
+  bool calls_apart = false;
   std::string transport = "auto";
   std::vector<KernelChoice> kernels = {KernelChoice::automatic};
   bool ideal = true;
@@ -123,6 +127,11 @@ BenchOptions parse(int argc, char** argv) {
       options.warmup = static_cast<int>(parse_counts(flag, value()).front());
     } else if (flag == "--iters") {
       options.iterations = static_cast<int>(parse_counts(flag, value()).front());
+    } else if (flag == "--calls") {
+      const std::string which = value();
+      SPATTN_CHECK(which == "back-to-back" || which == "apart",
+                   "--calls expects back-to-back or apart, got '" << which << "'");
+      options.calls_apart = which == "apart";
     } else if (flag == "--transport") {
       options.transport = value();
     } else if (flag == "--kernel") {
@@ -157,17 +166,34 @@ double slowest(Communicator& world, double mine) {
   return *std::max_element(everyone.begin(), everyone.end());
 }
 
-// Mean milliseconds of `call` over `iterations` back-to-back calls after `warmup`, the slowest rank's.
-double time_calls(Communicator& world, const Device& device, int warmup, int iterations,
+// Mean milliseconds of `call` over the options' iterations after their warmup, back to back or
+// each apart (see the header), the slowest rank's.
+double time_calls(Communicator& world, const Device& device, const BenchOptions& options,
                   const std::function<void()>& call) {
-  for (int i = 0; i < warmup; ++i) call();
-  synchronize_device(device);
-  world.barrier();
-  const auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < iterations; ++i) call();
-  synchronize_device(device);
-  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  return slowest(world, ms / iterations);
+  using Clock = std::chrono::steady_clock;
+  const auto milliseconds_since = [](Clock::time_point start) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  };
+  for (int i = 0; i < options.warmup; ++i) call();
+  double ms = 0;
+  if (options.calls_apart) {
+    for (int i = 0; i < options.iterations; ++i) {
+      synchronize_device(device);
+      world.barrier();
+      const auto start = Clock::now();
+      call();
+      synchronize_device(device);
+      ms += milliseconds_since(start);
+    }
+  } else {
+    synchronize_device(device);
+    world.barrier();
+    const auto start = Clock::now();
+    for (int i = 0; i < options.iterations; ++i) call();
+    synchronize_device(device);
+    ms = milliseconds_since(start);
+  }
+  return slowest(world, ms / options.iterations);
 }
 
 struct PassTimes {
@@ -206,8 +232,8 @@ PassTimes time_strategy(Communicator& world, Communicator& communicator, Algorit
     plan.backward(q.view(), k.view(), v.view(), out.view(), lse.view(), dout.view(), dq.view(), dk.view(), dv.view());
   };
   PassTimes times;
-  times.forward_ms = time_calls(world, device, options.warmup, options.iterations, forward);
-  times.forward_backward_ms = time_calls(world, device, options.warmup, options.iterations, forward_backward);
+  times.forward_ms = time_calls(world, device, options, forward);
+  times.forward_backward_ms = time_calls(world, device, options, forward_backward);
   std::size_t tensor_bytes = 0;
   for (const BenchTensor* tensor : {&q, &k, &v, &dout, &out, &dq, &dk, &dv, &lse}) tensor_bytes += tensor->bytes();
   times.peak_mib = peak_mib(world, device, before, tensor_bytes);
@@ -238,8 +264,8 @@ PassTimes time_cudnn_alone(Communicator& alone, const AttentionShape& shape, boo
                        dk.view(), dv.view());
   };
   PassTimes times;
-  times.forward_ms = time_calls(alone, device, options.warmup, options.iterations, forward);
-  times.forward_backward_ms = time_calls(alone, device, options.warmup, options.iterations, forward_backward);
+  times.forward_ms = time_calls(alone, device, options, forward);
+  times.forward_backward_ms = time_calls(alone, device, options, forward_backward);
   std::size_t tensor_bytes = 0;
   for (const BenchTensor* tensor : {&q, &k, &v, &dout, &out, &dq, &dk, &dv, &stats}) tensor_bytes += tensor->bytes();
   times.peak_mib = peak_mib(alone, device, before, tensor_bytes);
@@ -296,9 +322,9 @@ PassTimes time_own_call_alone(Communicator& alone, const AttentionShape& shape, 
     cuda::hopper_backward(backward_block, nullptr);
   };
   PassTimes times;
-  times.forward_ms = time_calls(alone, device, options.warmup, options.iterations, forward);
+  times.forward_ms = time_calls(alone, device, options, forward);
   if (cuda::hopper_backward_unsupported(backward_block).empty())
-    times.forward_backward_ms = time_calls(alone, device, options.warmup, options.iterations, forward_backward);
+    times.forward_backward_ms = time_calls(alone, device, options, forward_backward);
   return times;
 }
 
@@ -583,9 +609,9 @@ int run(int argc, char** argv) {
   const std::unique_ptr<Communicator> alone = communicator->split(communicator->rank(), 0);
   const int gpus = world.size();
   if (world.rank() == 0)
-    std::printf("spattn_gpu_bench: %d rank(s) over %s, %d rank(s) per GPU; warmup %d, iters %d\n", gpus,
+    std::printf("spattn_gpu_bench: %d rank(s) over %s, %d rank(s) per GPU; warmup %d, iters %d, calls %s\n", gpus,
                 transport_name(placement.transport).c_str(), placement.ranks_per_device, options.warmup,
-                options.iterations);
+                options.iterations, options.calls_apart ? "apart" : "back to back");
   if (world.rank() == 0) write_header();
 
   for (const int64_t kv_heads : options.kv_heads) {
