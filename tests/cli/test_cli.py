@@ -475,20 +475,25 @@ class KernelBenchTable(unittest.TestCase):
     """bench/plot_kernel_results.py tabulates the kernel benchmark's CSV: one table per pass, one row
     per case, the kernels' rates and the own kernel's ratios to cuDNN and to PyTorch's flash backend."""
 
-    def test_rates_and_ratios_per_pass_and_case(self):
+    @staticmethod
+    def tables_of(rows):
+        """The script's tables of a CSV holding `rows` (its lines after the header)."""
         with tempfile.TemporaryDirectory() as directory:
             path = os.path.join(directory, "kernel-bench.csv")
             with open(path, "w") as f:
                 f.write("kernel,pass,causal,seq,head_dim,heads,kv_heads,dtype,ms,tflops\n")
-                f.write("own,backward,0,8192,128,32,32,bf16,7.0,390\n")
-                f.write("own,forward,0,8192,128,32,32,bf16,1.7,640\n")
-                f.write("cudnn,forward,0,8192,128,32,32,bf16,1.8,620\n")
-                f.write("sdpa_flash,forward,0,8192,128,32,32,bf16,3.1,350\n")
-                f.write("own,forward,1,4096,64,32,32,bf16,0.8,360\n")
-                f.write("cudnn,backward,0,8192,128,32,32,bf16,6.0,455\n")
+                f.writelines(row + "\n" for row in rows)
             script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench",
                                   "plot_kernel_results.py")
-            text = subprocess.run([sys.executable, script, path], capture_output=True, text=True, check=True).stdout
+            return subprocess.run([sys.executable, script, path], capture_output=True, text=True, check=True).stdout
+
+    def test_rates_and_ratios_per_pass_and_case(self):
+        text = self.tables_of(["own,backward,0,8192,128,32,32,bf16,7.0,390",
+                               "own,forward,0,8192,128,32,32,bf16,1.7,640",
+                               "cudnn,forward,0,8192,128,32,32,bf16,1.8,620",
+                               "sdpa_flash,forward,0,8192,128,32,32,bf16,3.1,350",
+                               "own,forward,1,4096,64,32,32,bf16,0.8,360",
+                               "cudnn,backward,0,8192,128,32,32,bf16,6.0,455"])
         sections = text.split("\n\n### ")
         self.assertEqual([section.splitlines()[0].lstrip("# ") for section in sections],
                          ["forward TFLOP/s", "backward TFLOP/s"], text)
@@ -509,15 +514,8 @@ class KernelBenchTable(unittest.TestCase):
         self.assertEqual(rows, [["128", "no", "8k", "390", "455", "0.86", "-"]], text)
 
     def test_merge_beside_the_plain_forward_with_its_cost(self):
-        with tempfile.TemporaryDirectory() as directory:
-            path = os.path.join(directory, "kernel-bench.csv")
-            with open(path, "w") as f:
-                f.write("kernel,pass,causal,seq,head_dim,heads,kv_heads,dtype,ms,tflops\n")
-                f.write("own_merge,forward,0,8192,128,32,8,bf16,2.0,600\n")
-                f.write("own,forward,0,8192,128,32,8,bf16,1.7,640\n")
-            script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench",
-                                  "plot_kernel_results.py")
-            text = subprocess.run([sys.executable, script, path], capture_output=True, text=True, check=True).stdout
+        text = self.tables_of(["own_merge,forward,0,8192,128,32,8,bf16,2.0,600",
+                               "own,forward,0,8192,128,32,8,bf16,1.7,640"])
         lines = text.splitlines()
         self.assertEqual(lines[2].split("|")[1:-1], [" D ", " causal ", " S ", " own ", " own_merge ", " own/cudnn ",
                                                      " own/sdpa_flash ", " own_merge/own "], text)
