@@ -183,9 +183,9 @@ clock_samples_start() {
   command -v nvidia-smi >/dev/null || return 0
   local reasons=clocks_event_reasons.active
   nvidia-smi --help-query-gpu 2>/dev/null | grep -q "$reasons" || reasons=clocks_throttle_reasons.active
-  clock_samples="$logs/clocks-$1.csv"
+  clock_stage=$1
   nvidia-smi --query-gpu="timestamp,index,clocks.sm,clocks.mem,power.draw,temperature.gpu,$reasons" \
-    --format=csv,noheader,nounits -lms 200 >"$clock_samples" 2>/dev/null &
+    --format=csv,noheader,nounits -lms 200 >"$logs/clocks-$clock_stage.csv" 2>/dev/null &
   clock_sampler=$!
 }
 clock_samples_stop() {
@@ -193,7 +193,7 @@ clock_samples_stop() {
   kill "$clock_sampler" 2>/dev/null
   wait "$clock_sampler" 2>/dev/null
   clock_sampler=""
-  record clocks sampled "$(basename "$clock_samples" .csv | sed 's/^clocks-//'): $(python3 - "$clock_samples" <<'CLOCKS'
+  record clocks sampled "$clock_stage: $(python3 - "$logs/clocks-$clock_stage.csv" <<'CLOCKS'
 import statistics, sys
 rows = [[cell.strip() for cell in line.split(",")] for line in open(sys.argv[1]) if line.count(",") >= 6]
 sm = [float(row[2]) for row in rows if row[2].replace(".", "", 1).isdigit()]
