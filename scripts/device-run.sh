@@ -176,8 +176,9 @@ seconds_left() {
 
 # clock_samples_start NAME ... clock_samples_stop: every GPU's SM clock, power, temperature and the
 # reasons its clock is held down, every 200 ms, into clocks-NAME.csv; the stop records one summary
-# line (median and lowest SM clock, the reasons seen), so that a slower run can be told from a
-# lower clock (long runs at full load may lower it).
+# line of the samples under load (median and lowest SM clock, power, how often the power cap held
+# the clock down), so that a slower run can be told from a lower clock: on the H200s at full load
+# the 700 W cap takes the clock from 1980 to 1550-1700 MHz about half the time (2026-11-28).
 clock_sampler=""
 clock_samples_start() {
   command -v nvidia-smi >/dev/null || return 0
@@ -195,13 +196,21 @@ clock_samples_stop() {
   clock_sampler=""
   record clocks sampled "$clock_stage: $(python3 - "$logs/clocks-$clock_stage.csv" <<'CLOCKS'
 import statistics, sys
+# Only samples under load: idle ones (reason bit 0x1, GPU idle, between runs and during builds)
+# would pull the median down to the idle clock.
+IDLE, SOFTWARE_POWER_CAP = 0x1, 0x4
 rows = [[cell.strip() for cell in line.split(",")] for line in open(sys.argv[1]) if line.count(",") >= 6]
-sm = [float(row[2]) for row in rows if row[2].replace(".", "", 1).isdigit()]
-reasons = sorted({row[6] for row in rows})
-if sm:
-    print(f"SM clock median {statistics.median(sm):.0f} MHz, lowest {min(sm):.0f}; reasons {' '.join(reasons)}; {len(rows)} samples")
+loaded = [row for row in rows if row[2].isdigit() and row[6].startswith("0x") and not int(row[6], 16) & IDLE]
+if loaded:
+    sm = [float(row[2]) for row in loaded]
+    power = [float(row[4]) for row in loaded if row[4].replace(".", "", 1).isdigit()]
+    capped = [float(row[2]) for row in loaded if int(row[6], 16) & SOFTWARE_POWER_CAP]
+    held = f", median {statistics.median(capped):.0f} MHz there" if capped else ""
+    print(f"under load {len(loaded)} of {len(rows)} samples: SM clock median {statistics.median(sm):.0f} MHz, "
+          f"lowest {min(sm):.0f}; power highest {max(power) if power else 0:.0f} W; "
+          f"held down by the power cap in {100 * len(capped) / len(loaded):.0f}% of them{held}")
 else:
-    print("no samples")
+    print(f"no sample under load ({len(rows)} samples)")
 CLOCKS
 )"
 }
