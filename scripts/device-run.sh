@@ -48,8 +48,10 @@
 #                SPATTN_AB_PATCHES applied in turn (only spattn_kernel_bench rebuilt per patch):
 #                every build's kernel bench runs SPATTN_AB_ROUNDS times (default 3), the builds
 #                taking turns, into VARIANT.csv (kernel-ab-csv.tar.gz) and one table, kernel-ab.md
-#                (bench/compare_kernel_variants.py), a row per pass and case (SPATTN_KERNEL_BENCH_ARGS
-#                --passes forward for the forward alone). The patches are reverted afterwards.
+#                (bench/compare_kernel_variants.py), a row per pass, case and own kernel with its
+#                ratios to the base and to cuDNN where it ran (SPATTN_KERNEL_BENCH_ARGS: --passes
+#                forward for the forward alone, --kernels own,own_merge,cudnn). The patches are
+#                reverted afterwards.
 #   bench-ab     the same for the distributed bench: spattn_gpu_bench of each build at every GPU
 #                (SPATTN_BENCH_ARGS), the builds taking turns SPATTN_AB_ROUNDS times, into one table,
 #                bench-ab.md (bench/compare_bench_variants.py: each row's median TFLOP/s per GPU and

@@ -523,6 +523,49 @@ class KernelBenchTable(unittest.TestCase):
                          ["128", "no", "8k", "640", "600", "-", "-", "0.94"], text)
 
 
+
+class KernelVariantsTable(unittest.TestCase):
+    """bench/compare_kernel_variants.py puts builds of the own kernel side by side (device-run.sh's
+    kernel-ab): a row per pass, case and own kernel, each build's median rate over its rounds, its
+    ratio to the first build's and, where cuDNN ran beside it, to cuDNN."""
+
+    HEADER = "kernel,pass,causal,seq,head_dim,heads,kv_heads,dtype,ms,tflops\n"
+
+    def table_of(self, variants):
+        """The script's table of one CSV per entry of `variants` (name: its lines after the header)."""
+        with tempfile.TemporaryDirectory() as directory:
+            paths = []
+            for name, rows in variants.items():
+                paths.append(os.path.join(directory, name + ".csv"))
+                with open(paths[-1], "w") as f:
+                    f.write(self.HEADER)
+                    f.writelines(row + "\n" for row in rows)
+            script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench",
+                                  "compare_kernel_variants.py")
+            text = subprocess.run([sys.executable, script] + paths, capture_output=True, text=True,
+                                  check=True).stdout
+        lines = text.splitlines()
+        return ([cell.strip() for cell in lines[0].strip("|").split("|")],
+                [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[2:]])
+
+    def test_every_own_kernel_against_the_base_without_cudnn(self):
+        header, rows = self.table_of({
+            "base": ["own,forward,1,8192,128,32,8,bf16,2.0,600", "own_merge,forward,1,8192,128,32,8,bf16,2.4,500",
+                     "own,forward,1,8192,128,32,8,bf16,2.0,620", "own_merge,forward,1,8192,128,32,8,bf16,2.4,480"],
+            "merge-first": ["own,forward,1,8192,128,32,8,bf16,2.1,570", "own_merge,forward,1,8192,128,32,8,bf16,2.2,550",
+                            "own,forward,1,8192,128,32,8,bf16,2.1,570", "own_merge,forward,1,8192,128,32,8,bf16,2.2,540"]})
+        self.assertEqual(header, ["pass", "D", "causal", "S", "kernel", "base", "merge-first"])
+        self.assertEqual(rows, [["forward", "128", "yes", "8k", "own", "610", "570 (0.934 x base)"],
+                                ["forward", "128", "yes", "8k", "own_merge", "490", "545 (1.112 x base)"]])
+
+    def test_ratios_to_the_cudnn_timed_beside_each_round(self):
+        _, rows = self.table_of({
+            "base": ["own,backward,0,4096,64,32,32,bf16,1.0,400", "cudnn,backward,0,4096,64,32,32,bf16,1.0,500",
+                     "own,backward,0,4096,64,32,32,bf16,1.0,360", "cudnn,backward,0,4096,64,32,32,bf16,1.0,450"],
+            "variant": ["own,backward,0,4096,64,32,32,bf16,1.0,440", "cudnn,backward,0,4096,64,32,32,bf16,1.0,500"]})
+        self.assertEqual(rows, [["backward", "64", "no", "4k", "own", "380 (0.800 x cuDNN)",
+                                 "440 (1.158 x base, 0.880 x cuDNN)"]])
+
 if __name__ == "__main__":
     SPATTN = sys.argv.pop(1)
     ONECCL_BUILT = "oneccl" in subprocess.run([SPATTN, "info"], capture_output=True, text=True).stdout
