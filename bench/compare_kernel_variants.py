@@ -44,16 +44,22 @@ def is_own(kernel: str) -> bool:
     return kernel != REFERENCE and not kernel.startswith("sdpa")
 
 
+def median_rate(rounds: list[dict[str, float]], kernel: str) -> float | None:
+    """`kernel`'s median TFLOP/s over the `rounds` that timed it; None where none did."""
+    measured = [r[kernel] for r in rounds if kernel in r]
+    return statistics.median(measured) if measured else None
+
+
 def cell(rounds: list[dict[str, float]], kernel: str, base_median: float | None) -> str:
-    """`kernel`'s median TFLOP/s over `rounds`, with its ratios to the base and to cuDNN."""
-    measured = [r for r in rounds if kernel in r]
-    if not measured:
+    """`kernel`'s median TFLOP/s over `rounds`, with its ratios to `base_median` (None: this is the
+    base) and to the cuDNN timed beside it."""
+    median = median_rate(rounds, kernel)
+    if median is None:
         return "-"
-    median = statistics.median(r[kernel] for r in measured)
     ratios = []
     if base_median is not None:
         ratios.append(f"{median / base_median:.3f} x base")
-    beside_reference = [r for r in measured if REFERENCE in r]
+    beside_reference = [r for r in rounds if kernel in r and REFERENCE in r]
     if beside_reference:
         ratios.append(f"{statistics.median(r[kernel] / r[REFERENCE] for r in beside_reference):.3f} x cuDNN")
     return f"{median:.0f}" + (f" ({', '.join(ratios)})" if ratios else "")
@@ -70,10 +76,10 @@ def table(paths: list[str]) -> str:
         for kernel in kernels:
             cells = [PASSES[pass_index], str(head_dim), "yes" if causal else "no",
                      f"{seq // 1024}k" if seq % 1024 == 0 else str(seq), kernel]
-            base_rounds = [r for r in variants[0].get(case, []) if kernel in r]
-            base_median = statistics.median(r[kernel] for r in base_rounds) if base_rounds else None
-            for index, rounds in enumerate(variants):
-                cells.append(cell(rounds.get(case, []), kernel, None if index == 0 else base_median))
+            base, *others = (rounds.get(case, []) for rounds in variants)
+            base_median = median_rate(base, kernel)
+            cells.append(cell(base, kernel, None))
+            cells += [cell(rounds, kernel, base_median) for rounds in others]
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

@@ -73,6 +73,20 @@ def spattn(ranks, *arguments, environment=None, launcher_options=()):
     return subprocess.run(command, capture_output=True, text=True, env=dict(ENV, **(environment or {})), timeout=300)
 
 
+def bench_script_output(script, csv_rows):
+    """stdout of bench/`script` given one kernel-bench CSV per entry of `csv_rows` (a file name: its
+    lines after bench/kernel_bench.cpp's header)."""
+    with tempfile.TemporaryDirectory() as directory:
+        paths = []
+        for name, rows in csv_rows.items():
+            paths.append(os.path.join(directory, name))
+            with open(paths[-1], "w") as f:
+                f.write("kernel,pass,causal,seq,head_dim,heads,kv_heads,dtype,ms,tflops\n")
+                f.writelines(row + "\n" for row in rows)
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench", script)
+        return subprocess.run([sys.executable, path] + paths, capture_output=True, text=True, check=True).stdout
+
+
 class NpyInputsAndOutputs(unittest.TestCase):
     B, S, H, HK, D = 2, 24, 4, 2, 8
 
@@ -477,15 +491,8 @@ class KernelBenchTable(unittest.TestCase):
 
     @staticmethod
     def tables_of(rows):
-        """The script's tables of a CSV holding `rows` (its lines after the header)."""
-        with tempfile.TemporaryDirectory() as directory:
-            path = os.path.join(directory, "kernel-bench.csv")
-            with open(path, "w") as f:
-                f.write("kernel,pass,causal,seq,head_dim,heads,kv_heads,dtype,ms,tflops\n")
-                f.writelines(row + "\n" for row in rows)
-            script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench",
-                                  "plot_kernel_results.py")
-            return subprocess.run([sys.executable, script, path], capture_output=True, text=True, check=True).stdout
+        """The script's tables of a CSV holding `rows`."""
+        return bench_script_output("plot_kernel_results.py", {"kernel-bench.csv": rows})
 
     def test_rates_and_ratios_per_pass_and_case(self):
         text = self.tables_of(["own,backward,0,8192,128,32,32,bf16,7.0,390",
@@ -523,28 +530,17 @@ class KernelBenchTable(unittest.TestCase):
                          ["128", "no", "8k", "640", "600", "-", "-", "0.94"], text)
 
 
-
 class KernelVariantsTable(unittest.TestCase):
     """bench/compare_kernel_variants.py puts builds of the own kernel side by side (device-run.sh's
     kernel-ab): a row per pass, case and own kernel, each build's median rate over its rounds, its
     ratio to the first build's and, where cuDNN ran beside it, to cuDNN."""
 
-    HEADER = "kernel,pass,causal,seq,head_dim,heads,kv_heads,dtype,ms,tflops\n"
-
-    def table_of(self, variants):
-        """The script's table of one CSV per entry of `variants` (name: its lines after the header)."""
-        with tempfile.TemporaryDirectory() as directory:
-            paths = []
-            for name, rows in variants.items():
-                paths.append(os.path.join(directory, name + ".csv"))
-                with open(paths[-1], "w") as f:
-                    f.write(self.HEADER)
-                    f.writelines(row + "\n" for row in rows)
-            script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench",
-                                  "compare_kernel_variants.py")
-            text = subprocess.run([sys.executable, script] + paths, capture_output=True, text=True,
-                                  check=True).stdout
-        lines = text.splitlines()
+    @staticmethod
+    def table_of(variants):
+        """The script's table (header cells, rows of cells) of one CSV per entry of `variants`
+        (a build's name: its CSV's lines)."""
+        lines = bench_script_output("compare_kernel_variants.py",
+                                    {name + ".csv": rows for name, rows in variants.items()}).splitlines()
         return ([cell.strip() for cell in lines[0].strip("|").split("|")],
                 [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[2:]])
 
@@ -565,6 +561,7 @@ class KernelVariantsTable(unittest.TestCase):
             "variant": ["own,backward,0,4096,64,32,32,bf16,1.0,440", "cudnn,backward,0,4096,64,32,32,bf16,1.0,500"]})
         self.assertEqual(rows, [["backward", "64", "no", "4k", "own", "380 (0.800 x cuDNN)",
                                  "440 (1.158 x base, 0.880 x cuDNN)"]])
+
 
 if __name__ == "__main__":
     SPATTN = sys.argv.pop(1)
