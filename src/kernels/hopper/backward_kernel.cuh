@@ -477,12 +477,15 @@ __device__ void consume(const BackwardParams<Traits>& params, const BackwardTile
     issue_warpgroup_mma<true>(mma_scores, tSrK, tSrQ(_, _, _, stage), scores);
     issue_warpgroup_mma<true>(mma_scores, tSrV, tSrdO(_, _, _, stage), score_grads);
     const QueryRows rows = step_rows(problem, at);
+    // This thread's rows' lse read while S's product runs: read after the wait (which no load may
+    // pass), their latency stood between S and the exponentials (7% of the warps' stall samples at
+    // 16k causal, bench/kernel-notes.md, 2026-11-28 twelfth session). Delta likewise before dP's wait.
+    float lse_log2[size(scores)];
+    CUTE_UNROLL
+    for (int i = 0; i < size(scores); ++i) lse_log2[i] = shared.lse_log2[stage][get<1>(score_coordinates(i))];
     warpgroup_wait<1>();
     CUTE_UNROLL
-    for (int i = 0; i < size(scores); ++i) {
-      const int row = get<1>(score_coordinates(i));
-      scores(i) = exp2_flush_denormals(scores(i) * scale_log2 - shared.lse_log2[stage][row]);
-    }
+    for (int i = 0; i < size(scores); ++i) scores(i) = exp2_flush_denormals(scores(i) * scale_log2 - lse_log2[i]);
     // Only the few tiles that cross a mask edge or a segment's end are masked, in a branch of
     // their own: as a select in the loop above, the compiler worked out every element's mask bit
     // on every step, before S's product was even issued (220 instructions a step).
@@ -492,12 +495,12 @@ __device__ void consume(const BackwardParams<Traits>& params, const BackwardTile
       for (int i = 0; i < size(scores); ++i)
         if (!mask.visible(get<1>(score_coordinates(i)), get<0>(score_coordinates(i)))) scores(i) = 0.0f;
     }
+    float delta[size(scores)];
+    CUTE_UNROLL
+    for (int i = 0; i < size(scores); ++i) delta[i] = shared.delta[stage][get<1>(score_coordinates(i))];
     warpgroup_wait<0>();
     CUTE_UNROLL
-    for (int i = 0; i < size(scores); ++i) {
-      const int row = get<1>(score_coordinates(i));
-      score_grads(i) = scores(i) * (score_grads(i) - shared.delta[stage][row]);
-    }
+    for (int i = 0; i < size(scores); ++i) score_grads(i) = scores(i) * (score_grads(i) - delta[i]);
     // P^T and dS^T in 16 bits, in the accumulators' layout.
     const auto rounded = [](auto const& accumulator) {
       Tensor result = make_tensor_like<Element>(accumulator);
