@@ -37,6 +37,7 @@
 #include "kernels/hopper/hopper_support.hpp"
 #include "kernels/hopper/key_tile_plan.hpp"
 #include "kernels/hopper/online_softmax.cuh"
+#include "kernels/hopper/query_grad_buffer.hpp"
 #include "kernels/hopper/register_split.hpp"
 #include "kernels/hopper/shared_storage.cuh"
 #include "kernels/hopper/warpgroup_mma.cuh"
@@ -63,8 +64,8 @@ struct BackwardTraits {
                 "the warpgroups' registers exceed what their CTA launches with (register_split.hpp)");
   static constexpr int kStages = 2;  // query tiles (Q, dO, lse, delta) in shared memory
   static constexpr int kScoreGradBuffers = 2;  // dS of this step and of the previous one
-  // dQ = dS K runs on 64 columns of head_dim per warpgroup: both at D = 128, one at D = 64.
-  static constexpr int kQueryGradWarpgroups = kHeadDim / 64;
+  using QueryGrad = QueryGradBuffer<Element, kBlockM, kHeadDim, kBlockN>;
+  static constexpr int kQueryGradWarpgroups = QueryGrad::kWarpgroups;
   static constexpr int kQueryGradThreads = 128 * kQueryGradWarpgroups;
   // The dQ buffer's barriers join the dQ warpgroups and the writer warp.
   static constexpr int kQueryGradBufferThreads = kQueryGradThreads + 32;
@@ -74,17 +75,13 @@ struct BackwardTraits {
   using TileScores = Shape<Int<kBlockN>, Int<kBlockM>, Int<kHeadDim>>;
   // dV += P^T dO and dK += dS^T Q: (M = keys, N = head_dim, K = queries).
   using TileKeyGrads = Shape<Int<kBlockN>, Int<kHeadDim>, Int<kBlockM>>;
-  // dQ = dS K, one warpgroup's part: (M = queries, N = 64 of head_dim, K = keys).
-  using TileQueryGrad = Shape<Int<kBlockM>, _64, Int<kBlockN>>;
   using WarpgroupsAlongM = Layout<Shape<Int<kConsumerWarpgroups>, _1, _1>>;
   using MmaScores =
       decltype(make_tiled_mma(GMMA::ss_op_selector<Element, Element, float, TileScores>(), WarpgroupsAlongM{}));
   using MmaKeyGrads = decltype(make_tiled_mma(
       GMMA::rs_op_selector<Element, Element, float, TileKeyGrads, GMMA::Major::K, GMMA::Major::MN>(),
       WarpgroupsAlongM{}));
-  using MmaQueryGrad = decltype(make_tiled_mma(
-      GMMA::ss_op_selector<Element, Element, float, TileQueryGrad, GMMA::Major::K, GMMA::Major::MN>(),
-      Layout<Shape<_1, Int<kQueryGradWarpgroups>, _1>>{}));
+  using MmaQueryGrad = typename QueryGrad::Mma;  // dQ = dS K (query_grad_buffer.hpp)
 
   // K and V as loaded: rows of head_dim contiguous, 128-byte swizzled (K-major for S^T and dP^T).
   using SmemKeys = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Element>{}, Shape<Int<kBlockN>, Int<kHeadDim>>{}));
@@ -104,16 +101,14 @@ struct BackwardTraits {
   using SmemScoreGradsTransposed =
       decltype(composition(SmemScoreGrads{}, make_layout(Shape<Int<kBlockN>, Int<kBlockM>, Int<kScoreGradBuffers>>{},
                                                          Stride<Int<kBlockM>, _1, Int<kBlockM * kBlockN>>{})));
-  // dQ of a step in fp32, (rows, head_dim), as the TMA unit reads it to add into dq: 128-byte
-  // swizzled, so that a warp's stores of its accumulator rows fall on different banks.
-  using SmemQueryGrad =
-      decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<float>{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+  // dQ of a step in fp32, as the TMA unit reads it to add into dq (query_grad_buffer.hpp).
+  using SmemQueryGrad = typename QueryGrad::Smem;
 
   // Register-to-shared stores of dS^T and dQ: stmatrix.trans writes each warp's 8x8 blocks of
   // dS^T as rows of eight contiguous keys (four instructions per thread instead of 32 scalar
-  // stores); dQ's fp32 column pairs go as 64-bit stores.
+  // stores); dQ's fp32 column pairs go as 64-bit stores (store_query_grad_pairs).
   using StoreScoreGrads = decltype(make_tiled_copy_C(Copy_Atom<SM90_U16x8_STSM_T, Element>{}, MmaScores{}));
-  using StoreQueryGrad = decltype(make_tiled_copy_C(Copy_Atom<UniversalCopy<uint64_t>, float>{}, MmaQueryGrad{}));
+  using StoreQueryGrad = typename QueryGrad::Store;
 
   using GmemShape = Shape<int32_t, int32_t, int32_t, int32_t>;  // (tokens, D, heads, B)
   using GmemStrides = Stride<int64_t, _1, int64_t, int64_t>;    // head_dim contiguous
@@ -401,12 +396,7 @@ __device__ void add_query_grads(const BackwardParams<Traits>& params, const Back
 // ---- consumers: the products and the softmax's gradient -----------------------------------------
 
 /// This thread's dQ (one warpgroup's 64 columns of head_dim) into the dQ buffer, a column pair per
-/// 64-bit store. A warp's 64-bit stores go in two halves of 16 lanes, four rows each, and under the
-/// buffer's 128-byte swizzle rows 2i and 2i + 1 put the same column pair on the same banks, so each
-/// half took two passes (ncu at 16k causal: twice the ideal wavefronts, 8% of the warps' stall
-/// samples on these stores). In each instruction the lanes of odd rows store the pair 16 columns
-/// over instead (column block j ^ 2), which the swizzle puts on the other banks; every pair is
-/// still stored once.
+/// 64-bit store, in query_grad_stored_block's order (no bank conflicts).
 template <class Pairs, class Buffer>
 __device__ void store_query_grad_pairs(const Pairs& dQ_pairs,  // 32 fp32 (flat: pair, row half, column block)
                                        Buffer& to,             // the same 32 places in the dQ buffer
@@ -419,7 +409,7 @@ __device__ void store_query_grad_pairs(const Pairs& dQ_pairs,  // 32 fp32 (flat:
     for (int block = 0; block < 8; ++block) {
       // Flat indices of the pairs' first elements; the selects pick registers and addresses, so
       // that no register is indexed at run time.
-      const int here = 2 * half + 4 * block, over = 2 * half + 4 * (block ^ 2);
+      const int here = 2 * half + 4 * block, over = 2 * half + 4 * query_grad_stored_block(block, true);
       const float2 pair =
           odd_row ? make_float2(dQ_pairs(over), dQ_pairs(over + 1)) : make_float2(dQ_pairs(here), dQ_pairs(here + 1));
       *reinterpret_cast<float2*>(odd_row ? &to(over) : &to(here)) = pair;
@@ -565,7 +555,7 @@ __device__ void consume(const BackwardParams<Traits>& params, const BackwardTile
       // The writer's add of the previous step has read the buffer out.
       constexpr int kBufferThreads = Traits::kQueryGradBufferThreads;
       NamedBarrier::sync(kBufferThreads, uint32_t(BackwardBarrier::query_grad_empty));
-      store_query_grad_pairs(thread_store_query_grad.retile_S(dQ), tQsdQ, thread % 8 >= 4);
+      store_query_grad_pairs(thread_store_query_grad.retile_S(dQ), tQsdQ, query_grad_odd_row(thread));
       // Every dQ thread's stores seen by the TMA unit before the writer adds them (rows past the
       // query count fall outside dq's TMA tensor and are not added).
       tma_store_fence();
