@@ -21,7 +21,7 @@ void launch_fill(const StridedOperand& destination, int64_t numel, float value, 
 void launch_add(const StridedOperand& source, const StridedOperand& destination, int64_t numel,
                 cudaStream_t stream);
 
-/// See BlockKernels::merge; one warp per (b, s, h) row. When `running_is_empty` the running
+/// See BlockKernels::merge; a group of lanes per (b, s, h) row (row_kernels.cu). When `running_is_empty` the running
 /// result holds nothing yet (as if out 0, lse -inf): it is written, not read, which saves
 /// filling it first and reading it back.
 void launch_merge(const StridedOperand& partial_out,  // (B, S, H, D) any dtype
@@ -30,7 +30,7 @@ void launch_merge(const StridedOperand& partial_out,  // (B, S, H, D) any dtype
                   const StridedOperand& running_lse,  // (B, H, S) fp32
                   bool running_is_empty, cudaStream_t stream);
 
-/// See BlockKernels::softmax_delta; one warp per (b, s, h) row.
+/// See BlockKernels::softmax_delta; a group of lanes per (b, s, h) row (row_kernels.cu).
 void launch_softmax_delta(const StridedOperand& out,    // (B, S, H, D) any dtype
                           const StridedOperand& dout,   // (B, S, H, D) any dtype
                           const StridedOperand& delta,  // (B, H, S) fp32

@@ -27,13 +27,14 @@ inline StridedOperand strided_operand(const TensorView& view) {
   return operand;
 }
 
-/// Whether every (b, s, h) row of these (B, S, H, D) operands starts on a 4-element boundary with
-/// head_dim contiguous, so that a thread may move 4 neighbouring elements of a row per load.
-inline bool rows_take_packs_of_4(std::initializer_list<const StridedOperand*> operands) {
+/// Whether every (b, s, h) row of these (B, S, H, D) operands starts on a `width`-element boundary
+/// with head_dim contiguous and a multiple of `width`, so that a thread may move `width`
+/// neighbouring elements of a row in one aligned load.
+inline bool rows_take_packs(std::initializer_list<const StridedOperand*> operands, int width) {
   for (const StridedOperand* operand : operands) {
-    const std::size_t pack_bytes = 4 * dtype_size(operand->dtype);
-    if (operand->ndim != 4 || operand->shape[3] % 4 != 0 || operand->strides[3] != 1 ||
-        operand->strides[0] % 4 != 0 || operand->strides[1] % 4 != 0 || operand->strides[2] % 4 != 0 ||
+    const std::size_t pack_bytes = static_cast<std::size_t>(width) * dtype_size(operand->dtype);
+    if (operand->ndim != 4 || operand->shape[3] % width != 0 || operand->strides[3] != 1 ||
+        operand->strides[0] % width != 0 || operand->strides[1] % width != 0 || operand->strides[2] % width != 0 ||
         reinterpret_cast<std::uintptr_t>(operand->data) % pack_bytes != 0)
       return false;
   }
