@@ -317,6 +317,34 @@ class OnecclTransport(unittest.TestCase):
             self.assertIn("transport oneccl: this build of spattn has no oneCCL", result.stderr)
 
 
+SHARED_MEMORY = "/dev/shm"
+
+
+def shared_memory_of_ranks():
+    """libfabric's shared-memory regions in /dev/shm, named `PID:...` after the process that made
+    them."""
+    if not os.path.isdir(SHARED_MEMORY):
+        return set()
+    return {name for name in os.listdir(SHARED_MEMORY) if ":" in name and name.split(":")[0].isdigit()}
+
+
+def remove_shared_memory_of_ended_ranks(before):
+    """Removes the regions that appeared since `before` and whose process has ended. A rank that
+    ends on a fault (killed, or giving up on a killed peer) never unmaps its region (64 MB), and a
+    region left over makes a later process with the same PID fail to open oneCCL's shared-memory
+    transport (fi_enable: Device or resource busy)."""
+    for name in shared_memory_of_ranks() - before:
+        try:
+            os.kill(int(name.split(":")[0]), 0)
+        except ProcessLookupError:
+            try:
+                os.remove(os.path.join(SHARED_MEMORY, name))
+            except FileNotFoundError:
+                pass
+        except PermissionError:  # a process of another user, still running
+            pass
+
+
 class FaultyRank(unittest.TestCase):
     """SPATTN_FAULT kills or stalls rank 1 at its first transfer: every other rank prints that it
     timed out (SPATTN_TIMEOUT), waiting for whom, at which step, and the job ends, instead of
@@ -326,12 +354,16 @@ class FaultyRank(unittest.TestCase):
     TIMEOUT = 2
 
     def run_with_fault(self, fault, ranks, algorithm, launcher_options=(), transport="mpi", environment=None):
+        regions_before = shared_memory_of_ranks()
         started = time.monotonic()
-        result = spattn(ranks, "run", "--algo", algorithm, "--transport", transport, "--seq", "96", "--heads", "4",
-                        "--head-dim", "8",
-                        environment=dict(environment or {}, SPATTN_TIMEOUT=str(self.TIMEOUT),
-                                         SPATTN_FAULT=fault + ":1:0"),
-                        launcher_options=launcher_options)
+        try:
+            result = spattn(ranks, "run", "--algo", algorithm, "--transport", transport, "--seq", "96", "--heads", "4",
+                            "--head-dim", "8",
+                            environment=dict(environment or {}, SPATTN_TIMEOUT=str(self.TIMEOUT),
+                                             SPATTN_FAULT=fault + ":1:0"),
+                            launcher_options=launcher_options)
+        finally:
+            remove_shared_memory_of_ended_ranks(regions_before)
         elapsed = time.monotonic() - started
         if not launcher_options:  # under --enable-recovery, mpirun's status is 0 whatever the ranks did
             self.assertNotEqual(result.returncode, 0)
