@@ -17,7 +17,7 @@ import os
 import statistics
 from collections import defaultdict
 
-from report_output import compare_variants_main
+from report_output import compare_variants_main, rounds_note
 
 PASSES = ("forward", "backward", "forward+backward")
 
@@ -63,7 +63,8 @@ def table(paths: list[str]) -> str:
             else:
                 cells.append(f"{tflops:.1f} ({tflops / base:.3f})")
         lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    rounds = [max((len(row_rounds) for row_rounds in variant.values()), default=0) for variant in variants]
+    return "\n".join(lines) + "\n" + rounds_note(names, rounds)
 
 
 def main() -> None:

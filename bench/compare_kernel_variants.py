@@ -17,7 +17,7 @@ import os
 import statistics
 from collections import defaultdict
 
-from report_output import compare_variants_main
+from report_output import compare_variants_main, rounds_note
 
 PASSES = ("forward", "backward", "forward+backward")
 
@@ -81,7 +81,8 @@ def table(paths: list[str]) -> str:
             cells.append(cell(base, kernel, None))
             cells += [cell(rounds, kernel, base_median) for rounds in others]
             lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    rounds = [max((len(case_rounds) for case_rounds in variant.values()), default=0) for variant in variants]
+    return "\n".join(lines) + "\n" + rounds_note(names, rounds)
 
 
 def main() -> None:

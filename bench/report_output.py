@@ -1,5 +1,6 @@
-"""Where the bench scripts' reports go: stdout, and a markdown file when one is asked for; and the
-command line shared by the scripts that compare builds (one CSV per variant, the first the base)."""
+"""Where the bench scripts' reports go: stdout, and a markdown file when one is asked for; and what
+the scripts that compare builds share (one CSV per variant, the first the base): their command
+line and the note on builds timed in fewer rounds than others."""
 
 from __future__ import annotations
 
@@ -13,6 +14,14 @@ def write_report(text: str, markdown: str | None) -> None:
     if markdown:
         with open(markdown, "w") as out:
             out.write(text)
+
+
+def rounds_note(names: list[str], rounds: list[int]) -> str:
+    """A line under a table of builds (`names`) that were not all timed the same number of `rounds`
+    (the device's budget ended the stage early), with each build's count; "" when they were."""
+    if len(set(rounds)) <= 1:
+        return ""
+    return "\nRounds timed: " + ", ".join(f"{name} {count}" for name, count in zip(names, rounds)) + ".\n"
 
 
 def compare_variants_main(description: str, table: Callable[[list[str]], str]) -> None:

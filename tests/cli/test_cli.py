@@ -73,15 +73,20 @@ def spattn(ranks, *arguments, environment=None, launcher_options=()):
     return subprocess.run(command, capture_output=True, text=True, env=dict(ENV, **(environment or {})), timeout=300)
 
 
-def bench_script_output(script, csv_rows):
-    """stdout of bench/`script` given one kernel-bench CSV per entry of `csv_rows` (a file name: its
-    lines after bench/kernel_bench.cpp's header)."""
+KERNEL_BENCH_HEADER = "kernel,pass,causal,seq,head_dim,heads,kv_heads,dtype,ms,tflops"  # bench/kernel_bench.cpp's CSV
+GPU_BENCH_HEADER = ("implementation,algorithm,gpus,device,batch,heads,kv_heads,head_dim,tokens_per_gpu,causal,dtype,"
+                    "pass,ms,tflops_per_gpu,ideal_tflops,percent_of_ideal,peak_memory_mib")  # gpu_attention_bench.cpp's
+
+
+def bench_script_output(script, csv_rows, header=KERNEL_BENCH_HEADER):
+    """stdout of bench/`script` given one CSV per entry of `csv_rows` (a file name: its lines after
+    `header`)."""
     with tempfile.TemporaryDirectory() as directory:
         paths = []
         for name, rows in csv_rows.items():
             paths.append(os.path.join(directory, name))
             with open(paths[-1], "w") as f:
-                f.write("kernel,pass,causal,seq,head_dim,heads,kv_heads,dtype,ms,tflops\n")
+                f.write(header + "\n")
                 f.writelines(row + "\n" for row in rows)
         path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench", script)
         return subprocess.run([sys.executable, path] + paths, capture_output=True, text=True, check=True).stdout
@@ -562,22 +567,27 @@ class KernelBenchTable(unittest.TestCase):
                          ["128", "no", "8k", "640", "600", "-", "-", "0.94"], text)
 
 
+def variants_table(script, variants, header=KERNEL_BENCH_HEADER):
+    """bench/`script`'s table of one CSV per entry of `variants` (a build's name: its CSV's lines):
+    its header cells, rows of cells, and the lines under the table."""
+    lines = bench_script_output(script, {name + ".csv": rows for name, rows in variants.items()}, header).splitlines()
+    end = lines.index("") if "" in lines else len(lines)
+    return ([cell.strip() for cell in lines[0].strip("|").split("|")],
+            [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[2:end]], lines[end + 1:])
+
+
 class KernelVariantsTable(unittest.TestCase):
     """bench/compare_kernel_variants.py puts builds of the own kernel side by side (device-run.sh's
     kernel-ab): a row per pass, case and own kernel, each build's median rate over its rounds, its
-    ratio to the first build's and, where cuDNN ran beside it, to cuDNN."""
+    ratio to the first build's and, where cuDNN ran beside it, to cuDNN; under the table, how many
+    rounds each build had where they differ."""
 
     @staticmethod
     def table_of(variants):
-        """The script's table (header cells, rows of cells) of one CSV per entry of `variants`
-        (a build's name: its CSV's lines)."""
-        lines = bench_script_output("compare_kernel_variants.py",
-                                    {name + ".csv": rows for name, rows in variants.items()}).splitlines()
-        return ([cell.strip() for cell in lines[0].strip("|").split("|")],
-                [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[2:]])
+        return variants_table("compare_kernel_variants.py", variants)
 
     def test_every_own_kernel_against_the_base_without_cudnn(self):
-        header, rows = self.table_of({
+        header, rows, notes = self.table_of({
             "base": ["own,forward,1,8192,128,32,8,bf16,2.0,600", "own_merge,forward,1,8192,128,32,8,bf16,2.4,500",
                      "own,forward,1,8192,128,32,8,bf16,2.0,620", "own_merge,forward,1,8192,128,32,8,bf16,2.4,480"],
             "merge-first": ["own,forward,1,8192,128,32,8,bf16,2.1,570", "own_merge,forward,1,8192,128,32,8,bf16,2.2,550",
@@ -585,14 +595,37 @@ class KernelVariantsTable(unittest.TestCase):
         self.assertEqual(header, ["pass", "D", "causal", "S", "kernel", "base", "merge-first"])
         self.assertEqual(rows, [["forward", "128", "yes", "8k", "own", "610", "570 (0.934 x base)"],
                                 ["forward", "128", "yes", "8k", "own_merge", "490", "545 (1.112 x base)"]])
+        self.assertEqual(notes, [])  # two rounds each
 
     def test_ratios_to_the_cudnn_timed_beside_each_round(self):
-        _, rows = self.table_of({
+        _, rows, notes = self.table_of({
             "base": ["own,backward,0,4096,64,32,32,bf16,1.0,400", "cudnn,backward,0,4096,64,32,32,bf16,1.0,500",
                      "own,backward,0,4096,64,32,32,bf16,1.0,360", "cudnn,backward,0,4096,64,32,32,bf16,1.0,450"],
             "variant": ["own,backward,0,4096,64,32,32,bf16,1.0,440", "cudnn,backward,0,4096,64,32,32,bf16,1.0,500"]})
         self.assertEqual(rows, [["backward", "64", "no", "4k", "own", "380 (0.800 x cuDNN)",
                                  "440 (1.158 x base, 0.880 x cuDNN)"]])
+        self.assertEqual(notes, ["Rounds timed: base 2, variant 1."])
+
+
+class BenchVariantsTable(unittest.TestCase):
+    """bench/compare_bench_variants.py puts builds measured by the distributed bench side by side
+    (device-run.sh's bench-ab): a row per bench row, each build's median per-GPU rate over its
+    rounds and its ratio to the first build's; under the table, the rounds where they differ."""
+
+    @staticmethod
+    def row(implementation, algorithm, tokens, bench_pass, tflops):
+        return (f"{implementation},{algorithm},2,H200,1,32,8,128,{tokens},1,bf16,{bench_pass},1.0,{tflops},,,100")
+
+    def test_medians_ratios_and_the_rounds_of_a_stage_ended_early(self):
+        header, rows, notes = variants_table("compare_bench_variants.py", {
+            "base": [self.row("spattn_own", "zigzag", 8192, "forward+backward", 500),
+                     self.row("spattn_own", "zigzag", 8192, "forward+backward", 490),
+                     self.row("spattn_own", "zigzag", 8192, "forward+backward", 480)],
+            "dv-early": [self.row("spattn_own", "zigzag", 8192, "forward+backward", 515)]}, GPU_BENCH_HEADER)
+        self.assertEqual(header[-2:], ["base", "dv-early (x base)"])
+        self.assertEqual(rows, [["spattn_own", "zigzag", "8k", "8", "yes", "forward+backward", "490.0",
+                                 "515.0 (1.051)"]])
+        self.assertEqual(notes, ["Rounds timed: base 3, dv-early 1."])
 
 
 if __name__ == "__main__":
