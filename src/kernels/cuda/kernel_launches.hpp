@@ -21,9 +21,9 @@ void launch_fill(const StridedOperand& destination, int64_t numel, float value, 
 void launch_add(const StridedOperand& source, const StridedOperand& destination, int64_t numel,
                 cudaStream_t stream);
 
-/// See BlockKernels::merge; a group of lanes per (b, s, h) row (row_kernels.cu). When `running_is_empty` the running
-/// result holds nothing yet (as if out 0, lse -inf): it is written, not read, which saves
-/// filling it first and reading it back.
+/// See BlockKernels::merge; a group of lanes per (b, s, h) row (row_kernels.cu). When
+/// `running_is_empty` the running result holds nothing yet (as if out 0, lse -inf): it is
+/// written, not read, which saves filling it first and reading it back.
 void launch_merge(const StridedOperand& partial_out,  // (B, S, H, D) any dtype
                   const StridedOperand& partial_lse,  // (B, H, S) fp32
                   const StridedOperand& running_out,  // (B, S, H, D) fp32
