@@ -7,6 +7,7 @@
 //       [--head-dims 64,128] [--causal both|yes|no]
 //       [--kernels own,own_fp32_out,own_merge,cudnn,own_deterministic,cudnn_deterministic] [--heads 32]
 //       [--kv-heads 32] [--dtype bf16|fp16] [--warmup 3] [--iters 10] [--repeats 5] [--csv PATH]
+//       [--sustain SECONDS [--windows PATH]]
 //
 // One timed call of each (pass, kernel) holds exactly:
 //   forward   own           hopper_forward of one ForwardBlock, out in the input dtype through
@@ -43,16 +44,26 @@
 // flash-attention convention: a forward 4 B H S^2 D, half of it causal; a backward 2.5 forwards,
 // forward+backward 3.5.
 //
+// With --sustain, each (pass, kernel) instead runs alone, back to back, for that many seconds
+// (after --warmup calls; timed in runs of --iters calls between two events), and its time is the
+// mean over all of them: the rate a training step's kernels keep once the GPU's power cap holds
+// its clock down, which short alternating repeats do not reach. --windows then writes each run's
+// wall-clock window in nvidia-smi's timestamp format (local time), so that the GPU's power and
+// clock samples can be told apart by kernel (bench/power_by_window.py).
+//
 // CSV columns: kernel,pass,causal,seq,head_dim,heads,kv_heads,dtype,ms,tflops (causal 0 or 1;
-// pass forward, backward or forward+backward).
+// pass forward, backward or forward+backward). Windows CSV columns: kernel,pass,causal,seq,
+// head_dim,start,end,ms,tflops.
 
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <functional>
 #include <initializer_list>
@@ -138,7 +149,9 @@ struct KernelBenchOptions {
   int warmup = 3;
   int iterations = 10;
   int repeats = 5;
+  int64_t sustain_seconds = 0;  // 0: alternating repeats; else each call alone for this long
   std::string csv;
+  std::string windows_csv;  // with sustain_seconds: each call's wall-clock window
 
   bool any_pass(bool (*has)(Pass)) const { return std::any_of(passes.begin(), passes.end(), has); }
   bool any_kernel(bool (*is)(const BenchKernel&)) const {
@@ -196,12 +209,18 @@ KernelBenchOptions parse(int argc, char** argv) {
       options.repeats = static_cast<int>(parse_counts(flag, value()).front());
     } else if (flag == "--csv") {
       options.csv = value();
+    } else if (flag == "--sustain") {
+      options.sustain_seconds = parse_counts(flag, value()).front();
+    } else if (flag == "--windows") {
+      options.windows_csv = value();
     } else {
       SPATTN_FAIL("unknown option '" << flag << "'; see the comment at the top of bench/kernel_bench.cpp");
     }
   }
   SPATTN_CHECK(options.heads % options.kv_heads == 0,
                "--heads " << options.heads << " must be a multiple of --kv-heads " << options.kv_heads);
+  SPATTN_CHECK(options.windows_csv.empty() || options.sustain_seconds > 0,
+               "--windows " << options.windows_csv << " needs --sustain (the windows are the sustained runs')");
   return options;
 }
 
@@ -211,36 +230,95 @@ KernelBenchOptions parse(int argc, char** argv) {
     SPATTN_CHECK(status == cudaSuccess, #call << " failed: " << cudaGetErrorString(status)); \
   } while (false)
 
-/// Median milliseconds per call of each of `calls` (each taking the input set, alternating 0, 1)
-/// over `repeats` timings of `iterations` calls each, after `warmup` calls of each. The kernels
-/// take turns within every repeat, so that a slower minute of the GPU (clocks, temperature) falls
-/// on all of them alike.
-std::vector<double> median_ms(const KernelBenchOptions& options, cudaStream_t stream,
-                              const std::vector<std::function<void(int)>>& calls) {
+/// Two CUDA events that time runs of calls on a stream.
+class CallTimer {
+ public:
+  explicit CallTimer(cudaStream_t stream) : stream_(stream) {
+    BENCH_CUDA_CHECK(cudaEventCreate(&start_));
+    BENCH_CUDA_CHECK(cudaEventCreate(&stop_));
+  }
+  ~CallTimer() {
+    cudaEventDestroy(start_);
+    cudaEventDestroy(stop_);
+  }
+  CallTimer(const CallTimer&) = delete;
+  CallTimer& operator=(const CallTimer&) = delete;
+
+  /// Milliseconds of `count` back-to-back calls of `call` (input sets alternating 0, 1).
+  double run_ms(const std::function<void(int)>& call, int count) const {
+    BENCH_CUDA_CHECK(cudaEventRecord(start_, stream_));
+    for (int i = 0; i < count; ++i) call(i % 2);
+    BENCH_CUDA_CHECK(cudaEventRecord(stop_, stream_));
+    BENCH_CUDA_CHECK(cudaEventSynchronize(stop_));
+    float ms = 0;
+    BENCH_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, stop_));
+    return ms;
+  }
+
+ private:
+  cudaStream_t stream_;
+  cudaEvent_t start_, stop_;
+};
+
+/// The time of one (pass, kernel) call, and with --sustain the wall-clock window it ran in.
+struct CallTime {
+  double ms = 0;
+  std::string window_start, window_end;  // nvidia-smi's timestamp format, local time; empty without --sustain
+};
+
+/// Now in nvidia-smi's --query-gpu timestamp format ("2026/11/29 00:41:54.551", local time).
+std::string wall_clock_now() {
+  const auto now = std::chrono::system_clock::now();
+  const std::time_t seconds = std::chrono::system_clock::to_time_t(now);
+  const auto milliseconds =
+      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
+  std::tm local{};
+  localtime_r(&seconds, &local);
+  char text[32];
+  const std::size_t length = std::strftime(text, sizeof text, "%Y/%m/%d %H:%M:%S", &local);
+  std::snprintf(text + length, sizeof text - length, ".%03lld", static_cast<long long>(milliseconds));
+  return text;
+}
+
+/// Median milliseconds per call of each of `calls` over `repeats` runs of `iterations` calls, after
+/// `warmup` calls of each. The kernels take turns within every repeat, so that a slower minute of
+/// the GPU (clocks, temperature) falls on all of them alike.
+std::vector<CallTime> median_ms(const KernelBenchOptions& options, const CallTimer& timer,
+                                const std::vector<std::function<void(int)>>& calls) {
   for (const auto& call : calls)
     for (int i = 0; i < options.warmup; ++i) call(i % 2);
-  cudaEvent_t start, stop;
-  BENCH_CUDA_CHECK(cudaEventCreate(&start));
-  BENCH_CUDA_CHECK(cudaEventCreate(&stop));
   std::vector<std::vector<double>> times(calls.size());
   for (int repeat = 0; repeat < options.repeats; ++repeat)
-    for (std::size_t kernel = 0; kernel < calls.size(); ++kernel) {
-      BENCH_CUDA_CHECK(cudaEventRecord(start, stream));
-      for (int i = 0; i < options.iterations; ++i) calls[kernel](i % 2);
-      BENCH_CUDA_CHECK(cudaEventRecord(stop, stream));
-      BENCH_CUDA_CHECK(cudaEventSynchronize(stop));
-      float ms = 0;
-      BENCH_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-      times[kernel].push_back(ms / options.iterations);
-    }
-  BENCH_CUDA_CHECK(cudaEventDestroy(start));
-  BENCH_CUDA_CHECK(cudaEventDestroy(stop));
-  std::vector<double> medians;
+    for (std::size_t kernel = 0; kernel < calls.size(); ++kernel)
+      times[kernel].push_back(timer.run_ms(calls[kernel], options.iterations) / options.iterations);
+  std::vector<CallTime> medians;
   for (std::vector<double>& kernel_times : times) {
     std::sort(kernel_times.begin(), kernel_times.end());
-    medians.push_back(kernel_times[kernel_times.size() / 2]);
+    medians.push_back({kernel_times[kernel_times.size() / 2], "", ""});
   }
   return medians;
+}
+
+/// Mean milliseconds per call of each of `calls`, each alone after its `warmup` calls, in runs of
+/// `iterations` calls until `sustain_seconds` of GPU time have passed, with its wall-clock window.
+std::vector<CallTime> sustained_ms(const KernelBenchOptions& options, const CallTimer& timer,
+                                   const std::vector<std::function<void(int)>>& calls) {
+  std::vector<CallTime> means;
+  for (const auto& call : calls) {
+    for (int i = 0; i < options.warmup; ++i) call(i % 2);
+    CallTime time;
+    time.window_start = wall_clock_now();
+    double total_ms = 0;
+    int64_t count = 0;
+    while (total_ms < 1e3 * static_cast<double>(options.sustain_seconds)) {
+      total_ms += timer.run_ms(call, options.iterations);
+      count += options.iterations;
+    }
+    time.window_end = wall_clock_now();
+    time.ms = total_ms / static_cast<double>(count);
+    means.push_back(time);
+  }
+  return means;
 }
 
 /// A device tensor read back as fp64 values.
@@ -585,7 +663,8 @@ struct Row {
   Pass pass;
   bool causal;
   int64_t seq, head_dim, batch;
-  double ms, tflops;
+  CallTime time;
+  double tflops;
 };
 
 }  // namespace
@@ -615,18 +694,23 @@ bool run_cases(const KernelBenchOptions& options, cudaStream_t stream, std::vect
             calls.push_back(bench_case.call(kernel, pass));
           }
         }
-        const std::vector<double> milliseconds = median_ms(options, stream, calls);
+        const CallTimer timer(stream);
+        const std::vector<CallTime> times =
+            options.sustain_seconds > 0 ? sustained_ms(options, timer, calls) : median_ms(options, timer, calls);
 
         const int64_t batch = bench_case.batch();
         const double forward_flop =
             4.0 * batch * options.heads * static_cast<double>(seq) * seq * head_dim * (causal ? 0.5 : 1.0);
         for (std::size_t i = 0; i < calls.size(); ++i) {
           const auto& [pass, kernel] = timed[i];
-          const double tflops = forwards_in(pass) * forward_flop / (milliseconds[i] * 1e-3) * 1e-12;
-          rows.push_back({kernel, pass, causal, seq, head_dim, batch, milliseconds[i], tflops});
-          std::printf("%-12s %-16s D %3lld causal %d S %6lld B %2lld: %8.3f ms %7.1f TFLOP/s\n", kernel.c_str(),
+          const double tflops = forwards_in(pass) * forward_flop / (times[i].ms * 1e-3) * 1e-12;
+          rows.push_back({kernel, pass, causal, seq, head_dim, batch, times[i], tflops});
+          std::printf("%-12s %-16s D %3lld causal %d S %6lld B %2lld: %8.3f ms %7.1f TFLOP/s%s\n", kernel.c_str(),
                       pass_name(pass), static_cast<long long>(head_dim), causal ? 1 : 0, static_cast<long long>(seq),
-                      static_cast<long long>(batch), milliseconds[i], tflops);
+                      static_cast<long long>(batch), times[i].ms, tflops,
+                      times[i].window_start.empty()
+                          ? ""
+                          : (" sustained " + times[i].window_start + " - " + times[i].window_end).c_str());
         }
       }
   return !wrong;
@@ -650,7 +734,16 @@ int run_kernel_bench(int argc, char** argv) {
     for (const Row& row : rows)
       csv << row.kernel << "," << pass_name(row.pass) << "," << (row.causal ? 1 : 0) << "," << row.seq << ","
           << row.head_dim << "," << options.heads << "," << options.kv_heads << "," << dtype_name(options.dtype) << ","
-          << row.ms << "," << row.tflops << "\n";
+          << row.time.ms << "," << row.tflops << "\n";
+  }
+  if (!options.windows_csv.empty()) {
+    std::ofstream windows(options.windows_csv);
+    SPATTN_CHECK(windows.good(), "cannot write --windows " << options.windows_csv);
+    windows << "kernel,pass,causal,seq,head_dim,start,end,ms,tflops\n";
+    for (const Row& row : rows)
+      windows << row.kernel << "," << pass_name(row.pass) << "," << (row.causal ? 1 : 0) << "," << row.seq << ","
+              << row.head_dim << "," << row.time.window_start << "," << row.time.window_end << "," << row.time.ms << ","
+              << row.tflops << "\n";
   }
   if (!agrees) std::printf("the own kernels disagree with cuDNN beyond the bounds above\n");
   return agrees ? 0 : 1;

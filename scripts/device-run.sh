@@ -39,7 +39,11 @@
 #   kernel-bench one attention on one GPU by kernel and pass (forward, backward, forward+backward):
 #                spattn_kernel_bench (own, cudnn) and bench/kernel_sdpa.py (PyTorch SDPA flash, cudnn)
 #                into kernel-bench.csv, drawn into kernel-bench.md and .png, a table and a row of
-#                panels per pass (SPATTN_KERNEL_BENCH_ARGS: options both take, e.g. --seqs, --passes)
+#                panels per pass (SPATTN_KERNEL_BENCH_ARGS: options both take, e.g. --seqs, --passes);
+#                with SPATTN_KERNEL_SUSTAIN_S=S each (pass, kernel) of spattn_kernel_bench runs alone
+#                for S seconds instead (--sustain: the rate under the power cap; PyTorch's rows left
+#                out), and kernel-power.md sets each beside the power and clock sampled meanwhile
+#                (bench/power_by_window.py)
 #   kernel-profile  ncu on one spattn_kernel_bench case, own and cuDNN kernels (kernel-profile.txt;
 #                SPATTN_PROFILE_ARGS: the case, default --seqs 8192 --head-dims 128 --causal yes;
 #                SPATTN_PROFILE_PASS: forward, the default, or backward), and the own kernel's stall
@@ -68,7 +72,8 @@
 # Logs go to $OUT (the device tool brings them back), or to build-device/logs when OUT is unset:
 # environment.log, build.log, gpu-tests.log, memcheck.log, racecheck.log, ctest.log,
 # ctest-output.log (every test's output), sweep.log, bench.*, clocks-STAGE.csv (the GPUs' clocks, power
-# and throttle reasons every 200 ms during bench, kernel-ab and bench-ab, summed up in a `clocks` line),
+# and throttle reasons every 200 ms during bench, kernel-bench, kernel-ab and bench-ab, summed up in a
+# `clocks` line),
 # summary.txt (one line per stage with its passed/failed/skipped counts).
 #
 # Usage, on the device machine from the repository root:  bash scripts/device-run.sh
@@ -178,8 +183,8 @@ seconds_left() {
 
 # clock_samples_start NAME ... clock_samples_stop: every GPU's SM clock, power, temperature and the
 # reasons its clock is held down, every 200 ms, into clocks-NAME.csv; the stop records one summary
-# line of the samples under load (median and lowest SM clock, power, how often the power cap held
-# the clock down), so that a slower run can be told from a lower clock: on the H200s at full load
+# line of the samples under load (bench/clock_samples.py: median and lowest SM clock, power, how
+# often the power cap held the clock down), so that a slower run can be told from a lower clock: on the H200s at full load
 # the 700 W cap takes the clock from 1980 to 1600-1750 MHz a third to half of the time (2026-11-28).
 clock_sampler=""
 clock_samples_start() {
@@ -196,25 +201,7 @@ clock_samples_stop() {
   kill "$clock_sampler" 2>/dev/null
   wait "$clock_sampler" 2>/dev/null
   clock_sampler=""
-  record clocks sampled "$clock_stage: $(python3 - "$logs/clocks-$clock_stage.csv" <<'CLOCKS'
-import statistics, sys
-# Only samples under load: idle ones (reason bit 0x1, GPU idle, between runs and during builds)
-# would pull the median down to the idle clock.
-IDLE, SOFTWARE_POWER_CAP = 0x1, 0x4
-rows = [[cell.strip() for cell in line.split(",")] for line in open(sys.argv[1]) if line.count(",") >= 6]
-loaded = [row for row in rows if row[2].isdigit() and row[6].startswith("0x") and not int(row[6], 16) & IDLE]
-if loaded:
-    sm = [float(row[2]) for row in loaded]
-    power = [float(row[4]) for row in loaded if row[4].replace(".", "", 1).isdigit()]
-    capped = [float(row[2]) for row in loaded if int(row[6], 16) & SOFTWARE_POWER_CAP]
-    held = f", median {statistics.median(capped):.0f} MHz there" if capped else ""
-    print(f"under load {len(loaded)} of {len(rows)} samples: SM clock median {statistics.median(sm):.0f} MHz, "
-          f"lowest {min(sm):.0f}; power highest {max(power) if power else 0:.0f} W; "
-          f"held down by the power cap in {100 * len(capped) / len(loaded):.0f}% of them{held}")
-else:
-    print(f"no sample under load ({len(rows)} samples)")
-CLOCKS
-)"
+  record clocks sampled "$clock_stage: $(python3 "$root/bench/clock_samples.py" "$logs/clocks-$clock_stage.csv")"
 }
 
 # The counts of a GoogleTest log: "passed=N failed=N skipped=N".
@@ -685,13 +672,25 @@ if ! wants kernel-bench; then
   :
 elif ((built)); then
   : >"$logs/kernel-bench.csv"
+  sustained=()
+  if [[ -n "${SPATTN_KERNEL_SUSTAIN_S:-}" ]]; then
+    sustained=(--sustain "$SPATTN_KERNEL_SUSTAIN_S" --windows "$logs/kernel-windows.csv")
+  fi
+  clock_samples_start kernel-bench
   # shellcheck disable=SC2086  # the extra arguments are words
   timeout "$(seconds_left)" "$build_dir/bench/spattn_kernel_bench" --csv "$logs/kernel-bench.csv" \
-    ${SPATTN_KERNEL_BENCH_ARGS:-} >"$logs/kernel-bench.log" 2>&1
+    "${sustained[@]}" ${SPATTN_KERNEL_BENCH_ARGS:-} >"$logs/kernel-bench.log" 2>&1
   status=$?
-  # shellcheck disable=SC2086
-  timeout "$(seconds_left)" python3 "$root/bench/kernel_sdpa.py" --csv "$logs/kernel-bench.csv" \
-    ${SPATTN_KERNEL_BENCH_ARGS:-} >>"$logs/kernel-bench.log" 2>&1 || status=$?
+  if ((${#sustained[@]} == 0)); then
+    # shellcheck disable=SC2086
+    timeout "$(seconds_left)" python3 "$root/bench/kernel_sdpa.py" --csv "$logs/kernel-bench.csv" \
+      ${SPATTN_KERNEL_BENCH_ARGS:-} >>"$logs/kernel-bench.log" 2>&1 || status=$?
+  fi
+  clock_samples_stop
+  if ((${#sustained[@]} > 0)); then
+    python3 "$root/bench/power_by_window.py" "$logs/kernel-windows.csv" "$logs/clocks-kernel-bench.csv" \
+      --markdown "$logs/kernel-power.md" >>"$logs/kernel-bench.log" 2>&1 || status=$?
+  fi
   python3 "$root/bench/plot_kernel_results.py" "$logs/kernel-bench.csv" --out "$logs/kernel-bench.png" \
     --markdown "$logs/kernel-bench.md" >>"$logs/kernel-bench.log" 2>&1 || status=$?
   rows="$(($(wc -l <"$logs/kernel-bench.csv") - 1))"

@@ -628,6 +628,61 @@ class BenchVariantsTable(unittest.TestCase):
         self.assertEqual(notes, ["Rounds timed: base 3, dv-early 1."])
 
 
+def run_bench_script(script, *arguments):
+    """stdout of bench/`script` with `arguments`."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench", script)
+    return subprocess.run([sys.executable, path, *arguments], capture_output=True, text=True, check=True).stdout
+
+
+# nvidia-smi's clock samples as scripts/device-run.sh takes them: timestamp, GPU, SM MHz, memory
+# MHz, W, degrees C, reason bits (0x1 idle, 0x4 the power cap).
+CLOCK_SAMPLES = """2026/11/29 00:41:54.551, 0, 345, 3201, 79.92, 39, 0x0000000000000001
+2026/11/29 00:41:54.758, 0, 1980, 3201, 650.00, 50, 0x0000000000000000
+2026/11/29 00:41:54.958, 0, 1800, 3201, 700.00, 55, 0x0000000000000004
+2026/11/29 00:41:55.158, 1, 1200, 3201, 300.00, 45, 0x0000000000000004
+2026/11/29 00:41:55.358, 0, 1700, 3201, [N/A], 56, 0x0000000000000004
+2026/11/29 00:41:56.000, 0, 1980, 3201, 500.00, 50, 0x0000000000000000
+2026/11/29 00:41:56.2
+"""
+
+
+class ClockSamples(unittest.TestCase):
+    """bench/clock_samples.py sums up the clock samples of a stage in one line: only samples under
+    load, the median and lowest SM clock, the highest power, the power cap's share and its clock."""
+
+    def test_summary_of_the_samples_under_load(self):
+        with tempfile.TemporaryDirectory() as directory:
+            clocks = os.path.join(directory, "clocks.csv")
+            with open(clocks, "w") as f:
+                f.write(CLOCK_SAMPLES)
+            self.assertEqual(run_bench_script("clock_samples.py", clocks).strip(),
+                             "under load 5 of 6 samples: SM clock median 1800 MHz, lowest 1200; power highest 700 W; "
+                             "held down by the power cap in 60% of them, median 1700 MHz there")
+
+
+class PowerByWindow(unittest.TestCase):
+    """bench/power_by_window.py sets each sustained kernel-bench run beside the samples of GPU 0
+    under load inside its wall-clock window: mean power, median clock, the power cap's share and
+    TFLOP/s per GHz; a window without samples gets dashes."""
+
+    def test_each_window_with_its_samples(self):
+        with tempfile.TemporaryDirectory() as directory:
+            clocks, windows = os.path.join(directory, "clocks.csv"), os.path.join(directory, "windows.csv")
+            with open(clocks, "w") as f:
+                f.write(CLOCK_SAMPLES)
+            with open(windows, "w") as f:
+                f.write("kernel,pass,causal,seq,head_dim,start,end,ms,tflops\n"
+                        "own,backward,1,16384,128,2026/11/29 00:41:54.500,2026/11/29 00:41:55.400,10.8,510\n"
+                        "cudnn,backward,1,16384,128,2026/11/29 00:41:55.900,2026/11/29 00:41:56.100,10.6,520\n"
+                        "cudnn,forward,1,16384,128,2026/11/29 00:41:57.000,2026/11/29 00:41:58.000,3.3,660\n")
+            lines = run_bench_script("power_by_window.py", windows, clocks).splitlines()
+        rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[2:]]
+        self.assertEqual(rows, [
+            # GPU 0's loaded samples 54.758, 54.958, 55.358 (the idle one and GPU 1's left out)
+            ["backward", "128", "yes", "16k", "own", "510.0", "3", "675", "1800", "67%", "283.3"],
+            ["backward", "128", "yes", "16k", "cudnn", "520.0", "1", "500", "1980", "0%", "262.6"],
+            ["forward", "128", "yes", "16k", "cudnn", "660.0", "0", "-", "-", "-", "-"]])
+
 if __name__ == "__main__":
     SPATTN = sys.argv.pop(1)
     ONECCL_BUILT = "oneccl" in subprocess.run([SPATTN, "info"], capture_output=True, text=True).stdout
