@@ -17,7 +17,7 @@ import os
 import statistics
 from collections import defaultdict
 
-from report_output import compare_variants_main, rounds_note
+from report_output import compare_variants_main, rounds_note, tokens_label
 
 PASSES = ("forward", "backward", "forward+backward")
 
@@ -50,7 +50,7 @@ def table(paths: list[str]) -> str:
             order.setdefault(key, len(order))
     for key in sorted(set().union(*variants), key=lambda k: (k[2] * k[3], k[4], k[5], order[k])):
         implementation, algorithm, _, tokens, kv_heads, causal, pass_index = key
-        cells = [implementation, algorithm, f"{tokens // 1024}k" if tokens % 1024 == 0 else str(tokens),
+        cells = [implementation, algorithm, tokens_label(tokens),
                  str(kv_heads), "yes" if causal else "no", PASSES[pass_index]]
         base = statistics.median(variants[0][key]) if key in variants[0] else None
         for index, rounds in enumerate(variants):
@@ -63,8 +63,7 @@ def table(paths: list[str]) -> str:
             else:
                 cells.append(f"{tflops:.1f} ({tflops / base:.3f})")
         lines.append("| " + " | ".join(cells) + " |")
-    rounds = [max((len(row_rounds) for row_rounds in variant.values()), default=0) for variant in variants]
-    return "\n".join(lines) + "\n" + rounds_note(names, rounds)
+    return "\n".join(lines) + "\n" + rounds_note(names, variants)
 
 
 def main() -> None:

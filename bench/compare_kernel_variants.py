@@ -17,7 +17,7 @@ import os
 import statistics
 from collections import defaultdict
 
-from report_output import compare_variants_main, rounds_note
+from report_output import compare_variants_main, rounds_note, tokens_label
 
 PASSES = ("forward", "backward", "forward+backward")
 
@@ -75,14 +75,13 @@ def table(paths: list[str]) -> str:
         kernels = sorted({k for rounds in variants for r in rounds.get(case, []) for k in r if is_own(k)})
         for kernel in kernels:
             cells = [PASSES[pass_index], str(head_dim), "yes" if causal else "no",
-                     f"{seq // 1024}k" if seq % 1024 == 0 else str(seq), kernel]
+                     tokens_label(seq), kernel]
             base, *others = (rounds.get(case, []) for rounds in variants)
             base_median = median_rate(base, kernel)
             cells.append(cell(base, kernel, None))
             cells += [cell(rounds, kernel, base_median) for rounds in others]
             lines.append("| " + " | ".join(cells) + " |")
-    rounds = [max((len(case_rounds) for case_rounds in variant.values()), default=0) for variant in variants]
-    return "\n".join(lines) + "\n" + rounds_note(names, rounds)
+    return "\n".join(lines) + "\n" + rounds_note(names, variants)
 
 
 def main() -> None:

@@ -17,6 +17,8 @@ import sys
 from collections import defaultdict
 from typing import Sequence
 
+from report_output import tokens_label
+
 PASSES = ("forward", "backward", "forward+backward")
 KERNELS = ("own", "own_fp32_out", "own_merge", "own_deterministic", "cudnn", "cudnn_deterministic", "sdpa_flash",
            "sdpa_cudnn")
@@ -55,7 +57,7 @@ def markdown_table(by_case: dict[Key, dict[str, float]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for (head_dim, causal, seq) in sorted(by_case):
         by_kernel = by_case[(head_dim, causal, seq)]
-        cells = [str(head_dim), "yes" if causal else "no", f"{seq // 1024}k" if seq % 1024 == 0 else str(seq)]
+        cells = [str(head_dim), "yes" if causal else "no", tokens_label(seq)]
         cells += [f"{by_kernel[kernel]:.0f}" if kernel in by_kernel else "-" for kernel in kernels]
         cells += [f"{by_kernel[a] / by_kernel[b]:.2f}" if a in by_kernel and b in by_kernel else "-" for a, b in ratios]
         lines.append("| " + " | ".join(cells) + " |")

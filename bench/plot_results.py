@@ -25,6 +25,8 @@ import matplotlib.pyplot as plt  # noqa: E402  (must follow the backend choice)
 from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
+from report_output import tokens_label  # noqa: E402
+
 CSV_HEADER = (
     "implementation", "algorithm", "gpus", "device", "batch", "heads", "kv_heads", "head_dim",
     "tokens_per_gpu", "causal", "dtype", "pass", "ms", "tflops_per_gpu", "ideal_tflops",
@@ -129,10 +131,6 @@ def series_order(implementation: str, algorithm: str) -> tuple:
 def pass_order(pass_name: str) -> int:
     """forward before forward+backward; a pass this script does not know goes last."""
     return PASSES.index(pass_name) if pass_name in PASSES else len(PASSES)
-
-
-def tokens_label(tokens: int) -> str:
-    return f"{tokens // 1024}k" if tokens % 1024 == 0 else str(tokens)
 
 
 def mask_label(causal: bool) -> str:

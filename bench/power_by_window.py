@@ -17,7 +17,7 @@ import statistics
 from datetime import datetime
 
 from clock_samples import TIMESTAMP_FORMAT, read_samples
-from report_output import write_report
+from report_output import tokens_label, write_report
 
 GPU = 0
 
@@ -31,10 +31,9 @@ def table(windows_path: str, clocks_path: str) -> str:
             start = datetime.strptime(window["start"], TIMESTAMP_FORMAT)
             end = datetime.strptime(window["end"], TIMESTAMP_FORMAT)
             inside = [sample for sample in samples if start <= sample.time <= end and sample.loaded]
-            seq = int(window["seq"])
             tflops = float(window["tflops"])
             cells = [window["pass"], window["head_dim"], "yes" if window["causal"] == "1" else "no",
-                     f"{seq // 1024}k" if seq % 1024 == 0 else str(seq), window["kernel"], f"{tflops:.1f}",
+                     tokens_label(int(window["seq"])), window["kernel"], f"{tflops:.1f}",
                      str(len(inside))]
             if inside:
                 power = [sample.power_w for sample in inside if sample.power_w is not None]

@@ -184,8 +184,9 @@ seconds_left() {
 # clock_samples_start NAME ... clock_samples_stop: every GPU's SM clock, power, temperature and the
 # reasons its clock is held down, every 200 ms, into clocks-NAME.csv; the stop records one summary
 # line of the samples under load (bench/clock_samples.py: median and lowest SM clock, power, how
-# often the power cap held the clock down), so that a slower run can be told from a lower clock: on the H200s at full load
-# the 700 W cap takes the clock from 1980 to 1600-1750 MHz a third to half of the time (2026-11-28).
+# often the power cap held the clock down), so that a slower run can be told from a lower clock:
+# on the H200s at full load the 700 W cap takes the clock from 1980 to 1600-1750 MHz a third to
+# half of the time (2026-11-28).
 clock_sampler=""
 clock_samples_start() {
   command -v nvidia-smi >/dev/null || return 0

@@ -78,6 +78,12 @@ GPU_BENCH_HEADER = ("implementation,algorithm,gpus,device,batch,heads,kv_heads,h
                     "pass,ms,tflops_per_gpu,ideal_tflops,percent_of_ideal,peak_memory_mib")  # gpu_attention_bench.cpp's
 
 
+def run_bench_script(script, *arguments):
+    """stdout of bench/`script` with `arguments`."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench", script)
+    return subprocess.run([sys.executable, path, *arguments], capture_output=True, text=True, check=True).stdout
+
+
 def bench_script_output(script, csv_rows, header=KERNEL_BENCH_HEADER):
     """stdout of bench/`script` given one CSV per entry of `csv_rows` (a file name: its lines after
     `header`)."""
@@ -88,8 +94,7 @@ def bench_script_output(script, csv_rows, header=KERNEL_BENCH_HEADER):
             with open(paths[-1], "w") as f:
                 f.write(header + "\n")
                 f.writelines(row + "\n" for row in rows)
-        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench", script)
-        return subprocess.run([sys.executable, path] + paths, capture_output=True, text=True, check=True).stdout
+        return run_bench_script(script, *paths)
 
 
 class NpyInputsAndOutputs(unittest.TestCase):
@@ -628,12 +633,6 @@ class BenchVariantsTable(unittest.TestCase):
         self.assertEqual(notes, ["Rounds timed: base 3, dv-early 1."])
 
 
-def run_bench_script(script, *arguments):
-    """stdout of bench/`script` with `arguments`."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench", script)
-    return subprocess.run([sys.executable, path, *arguments], capture_output=True, text=True, check=True).stdout
-
-
 # nvidia-smi's clock samples as scripts/device-run.sh takes them: timestamp, GPU, SM MHz, memory
 # MHz, W, degrees C, reason bits (0x1 idle, 0x4 the power cap).
 CLOCK_SAMPLES = """2026/11/29 00:41:54.551, 0, 345, 3201, 79.92, 39, 0x0000000000000001
@@ -682,6 +681,7 @@ class PowerByWindow(unittest.TestCase):
             ["backward", "128", "yes", "16k", "own", "510.0", "3", "675", "1800", "67%", "283.3"],
             ["backward", "128", "yes", "16k", "cudnn", "520.0", "1", "500", "1980", "0%", "262.6"],
             ["forward", "128", "yes", "16k", "cudnn", "660.0", "0", "-", "-", "-", "-"]])
+
 
 if __name__ == "__main__":
     SPATTN = sys.argv.pop(1)
