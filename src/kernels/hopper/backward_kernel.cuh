@@ -1,8 +1,8 @@
 #pragma once
 // The own attention backward for sm_90a (FlashAttention-3's shape of warp roles; bench/kernel-notes.md
 // tracks its speed), fp32 throughout:
-// - one CTA per (key tile of 128 keys of a segment, kv head, batch), a head's key tiles side by
-//   side in the grid (backward_tile); it loops over every query tile (64 rows) of every query
+// - one CTA per (key tile of 128 keys of a segment, kv head, batch), in the grid's order of
+//   backward_tile_order.hpp (backward_tile); it loops over every query tile (64 rows) of every query
 //   head of the GQA group that sees a key of the tile (or of its part of the group, where a short
 //   launch splits the group: backward_head_parts.hpp);
 // - warpgroup 0 produces with two warps: one loads K and V once, then each step's Q, dO (TMA),
@@ -34,6 +34,7 @@
 
 #include "core/cuda/cuda_check.hpp"
 #include "kernels/hopper/backward_problem.hpp"
+#include "kernels/hopper/backward_tile_order.hpp"
 #include "kernels/hopper/hopper_support.hpp"
 #include "kernels/hopper/key_tile_plan.hpp"
 #include "kernels/hopper/online_softmax.cuh"
@@ -226,18 +227,16 @@ struct BackwardTile {
   }
 };
 
-/// This CTA's tile, the key tile varying fastest over the grid, then the part of the GQA group:
-/// the CTAs that run at once are the key tiles of one or two heads, which read the same Q and dO
-/// and add into the same rows of dq, all of it in L2 (with the key tile slowest, the heads running
-/// at once each read their own, from memory: 1.9 TB/s of DRAM traffic at 8k causal). Under the
-/// causal mask a head's first key tiles see the most rows, so its heaviest tiles start first.
+/// This CTA's tile, in the grid's order of backward_tile_order.hpp: bands of groups (a part of
+/// the GQA group of a kv head of a batch entry), the key tile slowest inside a band.
 __device__ inline BackwardTile backward_tile(const BackwardProblem& problem) {
   BackwardTile tile;
-  const int cta = static_cast<int>(blockIdx.x);
-  tile.tile_index = cta % problem.key_tiles;
-  const int part = cta / problem.key_tiles % problem.head_parts;
-  tile.kv_head = cta / problem.key_tiles / problem.head_parts % problem.kv_heads;
-  tile.batch = cta / problem.key_tiles / problem.head_parts / problem.kv_heads;
+  const BackwardTileSlot slot =
+      backward_tile_slot(static_cast<int>(blockIdx.x), problem.key_tiles, problem.band_groups);
+  tile.tile_index = slot.key_tile;
+  const int part = slot.group % problem.head_parts;
+  tile.kv_head = slot.group / problem.head_parts % problem.kv_heads;
+  tile.batch = slot.group / problem.head_parts / problem.kv_heads;
   tile.segment_index = 0;
   while (tile.segment_index + 1 < problem.num_segments &&
          problem.segments[tile.segment_index + 1].first_tile <= tile.tile_index)

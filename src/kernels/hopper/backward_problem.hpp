@@ -7,15 +7,11 @@
 
 #include <cstdint>
 
+#include "kernels/hopper/backward_tiles.hpp"
 #include "kernels/hopper/forward_problem.hpp"
 #include "spattn/dtype.hpp"
 
 namespace spattn::cuda::hopper {
-
-/// Keys per CTA of the own backward: 64 for each of its two warpgroups.
-constexpr int kBackwardKeyTile = 128;
-/// Query rows per step of a CTA's loop.
-constexpr int kBackwardQueryTile = 64;
 
 struct BackwardSegment {
   const void* k = nullptr;    // (B, keys, HK, D)
@@ -52,6 +48,9 @@ struct BackwardProblem {
   // CTAs per (key tile, kv head), each visiting its own part of the GQA group's query heads
   // (backward_head_parts.hpp); past one they add dK and dV into the segments' fp32 by atomics.
   int32_t head_parts = 1;
+  // Groups (parts of a kv head's GQA group of a batch entry) per band of the grid's order
+  // (backward_tile_order.hpp): a divisor of head_parts * kv_heads * batch.
+  int32_t band_groups = 1;
   int64_t q_position = 0;  // global position of query row 0
   BackwardSegment segments[kMaxSegmentsPerLaunch];
   int num_segments = 0;
@@ -61,8 +60,9 @@ struct BackwardProblem {
   float scale = 1.0f;
 };
 
-/// Enqueues `problem` on `stream`: one CTA per (key tile, part of a GQA group, kv head, batch). Defined for kHeadDim 64
-/// and 128, kDType bf16 and f16, one instantiation file each.
+/// Enqueues `problem` on `stream`: one CTA per (key tile, part of a GQA group, kv head, batch), in
+/// the order of backward_tile_order.hpp. Defined for kHeadDim 64 and 128, kDType bf16 and f16, one
+/// instantiation file each.
 template <int kHeadDim, DType kDType>
 void launch_backward(const BackwardProblem& problem, cudaStream_t stream);
 

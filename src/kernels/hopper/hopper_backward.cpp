@@ -7,6 +7,7 @@
 #include "core/cuda/current_device_guard.hpp"
 #include "kernels/hopper/backward_head_parts.hpp"
 #include "kernels/hopper/backward_problem.hpp"
+#include "kernels/hopper/backward_tile_order.hpp"
 #include "kernels/hopper/hopper_support.hpp"
 #include "spattn/error.hpp"
 
@@ -161,6 +162,8 @@ void hopper_backward(const BackwardBlock& block, cudaStream_t stream, hopper::Qu
     problem.head_parts =
         hopper::backward_head_parts(int64_t{problem.key_tiles} * problem.kv_heads * problem.batch,
                                     problem.heads / problem.kv_heads, multiprocessors, turns != nullptr);
+    problem.band_groups = static_cast<int32_t>(hopper::backward_band_groups(
+        problem.key_tiles, int64_t{problem.head_parts} * problem.kv_heads * problem.batch, multiprocessors));
     launch(problem, stream);
     problem.num_segments = 0;
     problem.key_tiles = 0;

@@ -1,0 +1,49 @@
+#pragma once
+// The order of the own backward's CTAs in its one-dimensional grid, which the GPU starts about in
+// that order as multiprocessors come free. A CTA is a key tile of a group: one part of the GQA
+// query heads of one kv head of one batch entry (backward_head_parts.hpp). Two needs pull apart:
+// - the CTAs at work at once should share their query rows in L2 (Q and dO read, dq added by the
+//   TMA unit): the key tiles of a few groups side by side, not one key tile of every group
+//   (kernel-notes 2026-11-27: with the key tile slowest in the grid, a 54% L2 hit rate and
+//   1.9 TB/s of DRAM traffic);
+// - under the causal mask a group's first key tiles see the most query tiles: a launch ends
+//   evenly only if its heaviest CTAs start first. With the key tile fastest, the last group's
+//   heaviest tiles started in the launch's last wave (at 4k and 8k causal, GQA 32/8, about 10%
+//   of the multiprocessors' time idle at the tail in a model of the dispatch, the same share by
+//   which those launches ran below 16k's rate on the H200).
+// So the groups go in bands, one band after another, each enough key tiles to fill the
+// multiprocessors once; inside a band the key tile varies slowest, the band's heaviest tiles first.
+
+#include <cstdint>
+
+#include "kernels/hopper/key_tile_plan.hpp"  // SPATTN_HOST_DEVICE
+
+namespace spattn::cuda::hopper {
+
+/// The groups of a band for a launch of `key_tiles` key tiles (over its segments) of `groups`
+/// groups: the fewest whose key tiles fill `multiprocessors` once, among the divisors of `groups`
+/// (bands of unequal size end unevenly again), all of them where none does. One band is the
+/// key-tile-fastest order itself when a group alone fills the multiprocessors.
+constexpr int64_t backward_band_groups(int64_t key_tiles, int64_t groups, int multiprocessors) {
+  for (int64_t band = 1; band < groups; ++band)
+    if (groups % band == 0 && band * key_tiles >= multiprocessors) return band;
+  return groups;
+}
+
+/// A CTA's work in the grid: its key tile among the launch's and its group.
+struct BackwardTileSlot {
+  int key_tile;
+  int group;
+};
+
+/// CTA `cta`'s slot in a grid of bands of `band_groups` groups (a divisor of the launch's groups)
+/// of `key_tiles` key tiles each. Every group's key tiles come in ascending order, which the
+/// deterministic mode needs: a key tile's CTA waits for the CTA of the tile before it to add its
+/// dQ, which the GPU has then already started.
+SPATTN_HOST_DEVICE inline BackwardTileSlot backward_tile_slot(int cta, int key_tiles, int band_groups) {
+  const int band_ctas = key_tiles * band_groups;  // <= the grid's CTAs, < 2^31
+  const int band = cta / band_ctas, within = cta % band_ctas;
+  return BackwardTileSlot{within / band_groups, band * band_groups + within % band_groups};
+}
+
+}  // namespace spattn::cuda::hopper
