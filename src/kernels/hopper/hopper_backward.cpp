@@ -162,8 +162,14 @@ void hopper_backward(const BackwardBlock& block, cudaStream_t stream, hopper::Qu
     problem.head_parts =
         hopper::backward_head_parts(int64_t{problem.key_tiles} * problem.kv_heads * problem.batch,
                                     problem.heads / problem.kv_heads, multiprocessors, turns != nullptr);
-    problem.band_groups = static_cast<int32_t>(hopper::backward_band_groups(
-        problem.key_tiles, int64_t{problem.head_parts} * problem.kv_heads * problem.batch, multiprocessors));
+    hopper::KeyRange key_ranges[kMaxSegmentsPerLaunch];
+    for (int index = 0; index < problem.num_segments; ++index)
+      key_ranges[index] = hopper::KeyRange{problem.segments[index].position, problem.segments[index].keys};
+    const bool equal_work = hopper::key_tiles_see_equal_work(
+        problem.q_position, problem.rows, key_ranges, problem.num_segments, problem.mask_left, problem.mask_right);
+    problem.band_groups = static_cast<int32_t>(
+        hopper::backward_band_groups(problem.key_tiles, int64_t{problem.head_parts} * problem.kv_heads * problem.batch,
+                                     multiprocessors, equal_work));
     launch(problem, stream);
     problem.num_segments = 0;
     problem.key_tiles = 0;

@@ -24,15 +24,35 @@ constexpr int kH100Multiprocessors = 132;
 
 TEST(HopperBackwardTileOrder, ABandIsTheFewestGroupsThatFillTheMultiprocessorsOnce) {
   // 32k causal, GQA 32/8 on one GPU: 256 key tiles a group fill them alone.
-  EXPECT_EQ(backward_band_groups(256, 8, kH100Multiprocessors), 1);
+  EXPECT_EQ(backward_band_groups(256, 8, kH100Multiprocessors, false), 1);
   // 16k: 128 key tiles of a group fall 4 short.
-  EXPECT_EQ(backward_band_groups(128, 8, kH100Multiprocessors), 2);
+  EXPECT_EQ(backward_band_groups(128, 8, kH100Multiprocessors, false), 2);
   // 2x 8k zigzag's 4k blocks: 32 key tiles, 8 kv heads in 4 parts; 5 groups would fill them, 8 is
   // the first divisor that does.
-  EXPECT_EQ(backward_band_groups(32, 32, kH100Multiprocessors), 8);
+  EXPECT_EQ(backward_band_groups(32, 32, kH100Multiprocessors, false), 8);
   // No divisor fills them: one band of all.
-  EXPECT_EQ(backward_band_groups(16, 7, kH100Multiprocessors), 7);
-  EXPECT_EQ(backward_band_groups(1, 1, kH100Multiprocessors), 1);
+  EXPECT_EQ(backward_band_groups(16, 7, kH100Multiprocessors, false), 7);
+  EXPECT_EQ(backward_band_groups(1, 1, kH100Multiprocessors, false), 1);
+}
+
+TEST(HopperBackwardTileOrder, KeyTilesOfEqualWorkKeepOneBand) {
+  EXPECT_EQ(backward_band_groups(32, 32, kH100Multiprocessors, true), 1);
+  constexpr int64_t kUnbounded = -1;
+  const KeyRange block{0, 4096};
+  // Non-causal: every key tile sees every query tile.
+  EXPECT_TRUE(key_tiles_see_equal_work(0, 4096, &block, 1, kUnbounded, kUnbounded));
+  // Causal on the diagonal: the first key tile sees all 64 query tiles, the last one.
+  EXPECT_FALSE(key_tiles_see_equal_work(0, 4096, &block, 1, kUnbounded, 0));
+  // Causal with every query after every key (a zigzag rank's later chunk against an earlier one),
+  // also where the keys end inside a tile.
+  EXPECT_TRUE(key_tiles_see_equal_work(8192, 4096, &block, 1, kUnbounded, 0));
+  const KeyRange short_tail{0, 4000};
+  EXPECT_TRUE(key_tiles_see_equal_work(8192, 4096, &short_tail, 1, kUnbounded, 0));
+  // Two segments, the second after the queries: its tiles see none.
+  const KeyRange segments[] = {{0, 1024}, {16384, 1024}};
+  EXPECT_FALSE(key_tiles_see_equal_work(8192, 4096, segments, 2, kUnbounded, 0));
+  // A sliding window of 1024 keys back: the block's last key tiles see fewer query tiles.
+  EXPECT_FALSE(key_tiles_see_equal_work(0, 4096, &block, 1, 1024, 0));
 }
 
 TEST(HopperBackwardTileOrder, EveryTileOfEveryGroupOnceAndEachGroupsTilesInAscendingOrder) {
@@ -98,7 +118,7 @@ double causal_idle_share(int64_t tokens, int64_t band_groups_or_zero) {
   const int groups = kv_heads * parts;
   const int band = band_groups_or_zero > 0
                        ? static_cast<int>(band_groups_or_zero)
-                       : static_cast<int>(backward_band_groups(key_tiles, groups, kH100Multiprocessors));
+                       : static_cast<int>(backward_band_groups(key_tiles, groups, kH100Multiprocessors, false));
   std::vector<int64_t> steps;
   int64_t total = 0;
   constexpr int64_t kOverhead = 3;  // a CTA's K and V load and dK, dV adds, about three steps
@@ -119,7 +139,9 @@ TEST(HopperBackwardTileOrder, ACausalLaunchEndsEvenlyInAModelOfTheDispatch) {
     const double key_tile_fastest = causal_idle_share(tokens, 1), banded = causal_idle_share(tokens, 0);
     EXPECT_LT(banded, 0.01);
     EXPECT_LE(banded, key_tile_fastest);
-    if (tokens <= 8192) EXPECT_GT(key_tile_fastest, 0.08);  // what the bands are for
+    if (tokens <= 8192) {
+      EXPECT_GT(key_tile_fastest, 0.08);  // what the bands are for
+    }
   }
 }
 
