@@ -21,9 +21,10 @@ struct ReferenceResult {
   /// largest single term of an element (P v; dS k, dS q with dS's two sums dP and delta; P dout),
   /// weighted by how far its probability moves when its score and lse round beyond the 16 units
   /// of round-off that a floor of 1e-6 of a magnitude covers (max(1, (1 + |score terms| + |lse|)
-  /// / 16): at scores of 1e4 an ulp of a score moves P by 1e-3). A gradient can be far smaller
-  /// than its terms (dS = P (dP - delta) of a one-hot softmax, times keys of 100); its round-off
-  /// is not. The gradients' are 0 without gradients.
+  /// / 16), the score terms twice for the gradients, whose backward rounds the score again, not
+  /// always in the forward's order: at scores of 1e4 an ulp of a score moves P by 1e-3). A
+  /// gradient can be far smaller than its terms (dS = P (dP - delta) of a one-hot softmax, times
+  /// keys of 100); its round-off is not. The gradients' are 0 without gradients.
   double out_terms = 0;
   double dq_terms = 0;
   double dk_terms = 0;

@@ -141,12 +141,18 @@ ReferenceResult reference_attention(const TensorView& q, const TensorView& k, co
           for (int64_t j = first; j <= last; ++j) {
             double& p = probabilities[static_cast<std::size_t>(j)];
             p = std::exp(p - lse);
-            // P moves, relative, by (1 + |score terms| + |lse|) units of round-off; the floor's
-            // 1e-6 (16 fp32 units) of the magnitude covers 16 of them, the weight the rest.
+            // In the forward P moves, relative, by (1 + |score terms| + |lse|) units of round-off;
+            // the floor's 1e-6 (16 fp32 units) of the magnitude covers 16 of them, the weight the
+            // rest. The backward computes the score again, and where its block is cut otherwise
+            // than the forward's (a distributed run fuses other blocks in each pass; the BLAS
+            // rounds by the block's shape) that score's rounding comes on top of the one that lse
+            // holds: its gradients' weight counts the score terms twice.
             double& weight = weights[static_cast<std::size_t>(j)];
-            weight = std::max(1.0, (1.0 + weight + std::abs(lse)) / 16.0);
+            const double score_terms = weight;
+            weight = std::max(1.0, (1.0 + 2.0 * score_terms + std::abs(lse)) / 16.0);
+            const double out_weight = std::max(1.0, (1.0 + score_terms + std::abs(lse)) / 16.0);
             const std::size_t kv = static_cast<std::size_t>(kv_row(b, j, kv_head));
-            out_terms = std::max(out_terms, p * weight * value_maxima[kv / static_cast<std::size_t>(head_dim)]);
+            out_terms = std::max(out_terms, p * out_weight * value_maxima[kv / static_cast<std::size_t>(head_dim)]);
             const double* v_j = &value[kv];
             for (int64_t d = 0; d < head_dim; ++d) out_i[d] += p * v_j[d];
           }
