@@ -8,8 +8,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
-#include <numeric>
 #include <queue>
+#include <utility>
 #include <vector>
 
 #include "kernels/hopper/backward_head_parts.hpp"
