@@ -148,9 +148,11 @@ ReferenceResult reference_attention(const TensorView& q, const TensorView& k, co
             // rounds by the block's shape) that score's rounding comes on top of the one that lse
             // holds: its gradients' weight counts the score terms twice.
             double& weight = weights[static_cast<std::size_t>(j)];
-            const double score_terms = weight;
-            weight = std::max(1.0, (1.0 + 2.0 * score_terms + std::abs(lse)) / 16.0);
-            const double out_weight = std::max(1.0, (1.0 + score_terms + std::abs(lse)) / 16.0);
+            const auto weight_of = [&](double score_terms) {
+              return std::max(1.0, (1.0 + score_terms + std::abs(lse)) / 16.0);
+            };
+            const double out_weight = weight_of(weight);
+            weight = weight_of(2.0 * weight);
             const std::size_t kv = static_cast<std::size_t>(kv_row(b, j, kv_head));
             out_terms = std::max(out_terms, p * out_weight * value_maxima[kv / static_cast<std::size_t>(head_dim)]);
             const double* v_j = &value[kv];
