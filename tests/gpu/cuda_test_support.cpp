@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iostream>
 #include <sstream>
 
 #include "core/cuda/cuda_check.hpp"
@@ -28,6 +29,26 @@ void CudaKernelTest::SetUp() {
   if (!cuda_device_present()) GTEST_SKIP() << "no CUDA device";
   gpu_ = std::make_unique<cuda::CudaElementwiseKernels>(Device{DeviceKind::cuda, 0});
   cpu_ = make_cpu_block_kernels();
+}
+
+std::vector<int64_t> runnable_head_dims(const std::vector<int64_t>& head_dims,
+                                        const std::function<std::string(int64_t)>& unsupported) {
+  std::vector<int64_t> runnable;
+  std::string left_out;
+  for (const int64_t head_dim : head_dims) {
+    const std::string reason = unsupported(head_dim);
+    if (reason.empty()) {
+      runnable.push_back(head_dim);
+    } else {
+      left_out += (left_out.empty() ? "" : "; ") + reason;
+    }
+  }
+  if (runnable.empty()) {
+    [&] { GTEST_SKIP() << left_out; }();  // marks the test skipped; its loops over no head dim do nothing
+  } else if (!left_out.empty()) {
+    std::cout << "[   NOTE   ] not run: " << left_out << "\n";
+  }
+  return runnable;
 }
 
 DeviceTwin::DeviceTwin(cuda::CudaElementwiseKernels& kernels, const HostTensor& host)

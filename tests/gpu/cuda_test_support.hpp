@@ -6,9 +6,11 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "host_tensor.hpp"
 #include "kernels/block_kernels.hpp"
@@ -29,6 +31,13 @@ class CudaKernelTest : public ::testing::Test {
   std::unique_ptr<BlockKernels> cpu_;
   std::mt19937 generator_{20240611u};
 };
+
+/// The head dims of `head_dims` that an own kernel runs here, by `unsupported` (its reason for a
+/// head dim, "" where it runs). A test goes through these, so that a build of some head dims
+/// (SPATTN_HOPPER_HEAD_DIMS) still tests those; the test is skipped, with the reasons, where none
+/// runs, and the head dims left out are named in its output.
+std::vector<int64_t> runnable_head_dims(const std::vector<int64_t>& head_dims,
+                                        const std::function<std::string(int64_t)>& unsupported);
 
 /// A device buffer with the bytes of a host tensor. Any view into the host tensor (a slice, a
 /// transposed view) has a twin here: the same shape, strides and offset, on the device.

@@ -7,7 +7,8 @@
 // (own and cuDNN), bad blocks. The own block has no `out` (the own backward reads delta only, so a read of out would
 // fault); cuDNN's, which recomputes delta from out, gets the reference's final out. dq, dk and dv are accumulated into,
 // so instead of NaN-poisoned they start at random values, the same for both kernels, and what a run added (end - start)
-// is compared. Where the GPU or the build has no own backward, every test says why and skips.
+// is compared. Each test runs the head dims the build has (SPATTN_HOPPER_HEAD_DIMS); where the GPU or the build has no
+// own backward for its cases, it says why and skips.
 //
 // Tolerance: as the cuDNN tests' (2e-2 of the largest reference magnitude for bf16, 5e-3 for fp16), and the own
 // kernel's error in each of dq, dk and dv must be at most 1.25x cuDNN's on the same inputs (plus 1e-6 of the
@@ -197,14 +198,16 @@ class HopperBackward : public CudaKernelTest {
     return reason;
   }
 
-  /// `check(dtype, head_dim)` for both dtypes and both head dims; skips with the reason where the build or the
-  /// GPU has no own backward for one.
+  /// The head dims, 64 and 128, that the own backward runs in `dtype` here (runnable_head_dims).
+  static std::vector<int64_t> head_dims(DType dtype) {
+    return runnable_head_dims({64, 128}, [dtype](int64_t head_dim) { return unsupported(dtype, head_dim); });
+  }
+
+  /// `check(dtype, head_dim)` for both dtypes and the head dims that the own backward runs here (head_dims).
   template <class Check>
   void for_each_dtype_and_head_dim(const Check& check) {
     for (DType dtype : {DType::bf16, DType::f16})
-      for (int64_t head_dim : {64, 128}) {
-        const std::string reason = unsupported(dtype, head_dim);
-        if (!reason.empty()) GTEST_SKIP() << reason;
+      for (const int64_t head_dim : head_dims(dtype)) {
         SCOPED_TRACE(dtype_name(dtype) + ", head_dim " + std::to_string(head_dim));
         check(dtype, head_dim);
       }
@@ -334,9 +337,7 @@ TEST_F(HopperBackward, GroupOfQueryHeadsInPartsAndWhole) {
     ASSERT_EQ(cuda::hopper::backward_head_parts(key_tiles * kKvHeads * kBatch, kGroup, multiprocessors, false), parts);
     const int64_t keys = key_tiles * cuda::hopper::kBackwardKeyTile - 5;  // the last tile not full
     constexpr int64_t kRows = 300;
-    for (const int64_t head_dim : {64, 128}) {
-      const std::string reason = unsupported(DType::bf16, head_dim);
-      if (!reason.empty()) GTEST_SKIP() << reason;
+    for (const int64_t head_dim : head_dims(DType::bf16)) {
       check_case({std::to_string(parts) + " parts: window (15, 0), q " + std::to_string(kRows) + " at " +
                       std::to_string(keys - kRows) + " vs " + std::to_string(keys) + " at 0",
                   kRows,
@@ -418,9 +419,7 @@ TEST_F(HopperBackward, DkAndDvAreTheSameBitsEveryRun) {
             "no mask: q 500 at 500 vs 300 at 0 and 700 at 300", 500, 500, {{300, 0}, {700, 300}}, kNoMask, 2, 8, 8},
         BlockCase{
             "causal: q 500 at 500 vs 300 at 0 and 700 at 300", 500, 500, {{300, 0}, {700, 300}}, kCausal, 2, 8, 8}}) {
-    for (const int64_t head_dim : {64, 128}) {
-      const std::string reason = unsupported(DType::bf16, head_dim);
-      if (!reason.empty()) GTEST_SKIP() << reason;
+    for (const int64_t head_dim : head_dims(DType::bf16)) {
       SCOPED_TRACE(c.name + ", head_dim " + std::to_string(head_dim));
       const BackwardProblem problem = backward_problem(c, DType::bf16, head_dim, default_scale(head_dim));
       const Gradients start = random_gradients(c, head_dim);
@@ -458,9 +457,7 @@ TEST_F(HopperBackward, DeterministicKernelsGiveTheSameBitsEveryRun) {
   for (const KernelChoice kernel : {KernelChoice::own, KernelChoice::cudnn}) {
     cuda::CudaBlockKernels kernels(kGpu, gpu_->stream(), kernel, /*deterministic=*/true);
     for (const BlockCase& c : cases) {
-      for (const int64_t head_dim : {64, 128}) {
-        const std::string reason = unsupported(DType::bf16, head_dim);
-        if (!reason.empty()) GTEST_SKIP() << reason;
+      for (const int64_t head_dim : head_dims(DType::bf16)) {
         SCOPED_TRACE(kernel_choice_name(kernel) + ", " + c.name + ", head_dim " + std::to_string(head_dim));
         const BackwardProblem problem = backward_problem(c, DType::bf16, head_dim, default_scale(head_dim));
         const Gradients start = random_gradients(c, head_dim);

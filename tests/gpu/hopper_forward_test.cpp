@@ -6,8 +6,9 @@
 // and 128, bf16 and fp16, final_out, bad blocks, a larger block run four times for identical
 // bits (twice on one stream, once on another, once from a CUDA graph), and a block without a mask
 // of more query tiles than the GPU runs at once, accumulated. Outputs are NaN-poisoned
-// before every run so that unwritten elements show. Where the GPU or the build has no own
-// forward, every test says why and skips.
+// before every run so that unwritten elements show. Each test runs the head dims the build
+// has (SPATTN_HOPPER_HEAD_DIMS); where the GPU or the build has no own forward for its cases, it
+// says why and skips.
 //
 // Tolerance: as the cuDNN tests' (2e-2 of the largest reference magnitude for bf16, 5e-3 for
 // fp16; the probabilities are rounded to the input dtype before P V), and the own kernel's error
@@ -93,6 +94,11 @@ class HopperForward : public CudaKernelTest {
     return reason;
   }
 
+  /// The head dims, 64 and 128, that the own forward runs in `dtype` here (runnable_head_dims).
+  static std::vector<int64_t> head_dims(DType dtype) {
+    return runnable_head_dims({64, 128}, [dtype](int64_t head_dim) { return unsupported(dtype, head_dim); });
+  }
+
   void run_own(DeviceBlock& device_block) {
     ASSERT_EQ(cuda::hopper_forward_unsupported(device_block.block), "");
     cuda::hopper_forward(device_block.block, gpu_->stream(), tile_counter_.get());
@@ -115,12 +121,10 @@ class HopperForward : public CudaKernelTest {
     EXPECT_LE(own_lse, 1.25 * cudnn_lse + 1e-6) << "own lse error " << own_lse << ", cuDNN's " << cudnn_lse;
   }
 
-  /// check_case for both dtypes and both head dims the build has.
+  /// check_case for both dtypes and the head dims that the own forward runs here (head_dims).
   void check_all(const BlockCase& c, float scale = 0.0f) {
     for (DType dtype : {DType::bf16, DType::f16})
-      for (int64_t head_dim : {64, 128}) {
-        const std::string reason = unsupported(dtype, head_dim);
-        if (!reason.empty()) GTEST_SKIP() << reason;
+      for (const int64_t head_dim : head_dims(dtype)) {
         check_case(c, dtype, head_dim, scale > 0 ? scale : 1.0f / std::sqrt(static_cast<float>(head_dim)));
       }
   }
@@ -200,9 +204,7 @@ TEST_F(HopperForward, AccumulatesOntoARunningResult) {
   // The queries against segments A first (written), then against B (accumulated): the result is
   // the reference over A and B. And B alone accumulated onto an empty running result.
   for (DType dtype : {DType::bf16, DType::f16})
-    for (int64_t head_dim : {64, 128}) {
-      const std::string reason = unsupported(dtype, head_dim);
-      if (!reason.empty()) GTEST_SKIP() << reason;
+    for (const int64_t head_dim : head_dims(dtype)) {
       SCOPED_TRACE(dtype_name(dtype) + ", head_dim " + std::to_string(head_dim));
       const BlockCase both{"window (150, 10): q 160 at 400 vs 200 at 100 and 190 at 330", 160, 400,
                            {{200, 100}, {190, 330}}, AttentionMask{150, 10}};
@@ -235,9 +237,7 @@ TEST_F(HopperForward, RowsThatSeeNoKey) {
   // reference's -inf rows must match exactly, never NaN). Accumulated onto a random running
   // result: those rows keep it bit for bit.
   const BlockCase c{"causal, rows without keys: q 64 at 0 vs 64 at 32", 64, 0, {{64, 32}}, kCausal};
-  for (int64_t head_dim : {64, 128}) {
-    const std::string reason = unsupported(DType::bf16, head_dim);
-    if (!reason.empty()) GTEST_SKIP() << reason;
+  for (const int64_t head_dim : head_dims(DType::bf16)) {
     const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
     const BlockProblem p = make_problem(c, DType::bf16, head_dim, scale, generator_, false);
     DeviceBlock written(*gpu_, p, c, head_dim, scale);
@@ -303,9 +303,7 @@ TEST_F(HopperForward, FinalOutIsTheResultRoundedOnce) {
 TEST_F(HopperForward, LargerBlockIsAccurateAndDeterministic) {
   const BlockCase c{"causal: q 900 at 700 vs 500 at 0, 500 at 500, 500 at 1000 (16 heads, 4 kv heads)", 900, 700,
                     {{500, 0}, {500, 500}, {500, 1000}}, kCausal, 2, 16, 4};
-  for (const int64_t head_dim : {64, 128}) {
-    const std::string reason = unsupported(DType::bf16, head_dim);
-    if (!reason.empty()) GTEST_SKIP() << reason;
+  for (const int64_t head_dim : head_dims(DType::bf16)) {
     SCOPED_TRACE("head_dim " + std::to_string(head_dim));
     const auto [scale, p] = bf16_case(c, head_dim);
     // 256 query tiles at head dim 128, 160 at 64 (192-row tiles), more than an H100's 132
@@ -380,9 +378,7 @@ TEST_F(HopperForward, NoMaskShortKeyTilesAndRepeatedVisits) {
              {{50, 0}, {333, 200}, {700, 1500}}, kNoMask, 3, 8, 2});
   const BlockCase c{"no mask: q 1000 at 0 vs 700 at 0 and 640 at 700 (batch 2, 16 heads, 4 kv heads)", 1000, 0,
                     {{700, 0}, {640, 700}}, kNoMask, 2, 16, 4};
-  for (const int64_t head_dim : {64, 128}) {
-    const std::string reason = unsupported(DType::bf16, head_dim);
-    if (!reason.empty()) GTEST_SKIP() << reason;
+  for (const int64_t head_dim : head_dims(DType::bf16)) {
     SCOPED_TRACE("head_dim " + std::to_string(head_dim));
     const auto [scale, p] = bf16_case(c, head_dim);
     DeviceBlock first(*gpu_, p, c, head_dim, scale);
