@@ -53,7 +53,8 @@
 #                every build's kernel bench runs SPATTN_AB_ROUNDS times (default 3), the builds
 #                taking turns, into VARIANT.csv (kernel-ab-csv.tar.gz) and one table, kernel-ab.md
 #                (bench/compare_kernel_variants.py), a row per pass, case and own kernel with its
-#                ratios to the base and to cuDNN where it ran (SPATTN_KERNEL_BENCH_ARGS: --passes
+#                ratios to the base and to cuDNN where it ran, then cuDNN's rows, which no patch
+#                changes, and how far they moved between builds: the noise (SPATTN_KERNEL_BENCH_ARGS: --passes
 #                forward for the forward alone, --kernels own,own_merge,cudnn). The patches are
 #                reverted afterwards.
 #   bench-ab     the same for the distributed bench: spattn_gpu_bench of each build at every GPU

@@ -584,8 +584,9 @@ def variants_table(script, variants, header=KERNEL_BENCH_HEADER):
 class KernelVariantsTable(unittest.TestCase):
     """bench/compare_kernel_variants.py puts builds of the own kernel side by side (device-run.sh's
     kernel-ab): a row per pass, case and own kernel, each build's median rate over its rounds, its
-    ratio to the first build's and, where cuDNN ran beside it, to cuDNN; under the table, how many
-    rounds each build had where they differ."""
+    ratio to the first build's and, where cuDNN ran beside it, to cuDNN; then cuDNN's kernels, which
+    no build changes, and under the table how far they moved between builds (the noise) and how
+    many rounds each build had where they differ."""
 
     @staticmethod
     def table_of(variants):
@@ -608,8 +609,24 @@ class KernelVariantsTable(unittest.TestCase):
                      "own,backward,0,4096,64,32,32,bf16,1.0,360", "cudnn,backward,0,4096,64,32,32,bf16,1.0,450"],
             "variant": ["own,backward,0,4096,64,32,32,bf16,1.0,440", "cudnn,backward,0,4096,64,32,32,bf16,1.0,500"]})
         self.assertEqual(rows, [["backward", "64", "no", "4k", "own", "380 (0.800 x cuDNN)",
-                                 "440 (1.158 x base, 0.880 x cuDNN)"]])
-        self.assertEqual(notes, ["Rounds timed: base 2, variant 1."])
+                                 "440 (1.158 x base, 0.880 x cuDNN)"],
+                                ["backward", "64", "no", "4k", "cudnn (unchanged)", "475", "500 (1.053 x base)"]])
+        self.assertEqual(notes, ["Noise: the unchanged kernels' medians moved up to 5.3% from the base build's "
+                                 "(median 5.3%).", "", "Rounds timed: base 2, variant 1."])
+
+    def test_every_cudnn_kernel_is_unchanged_and_measures_the_noise(self):
+        _, rows, notes = self.table_of({
+            "base": ["own_deterministic,backward,1,8192,128,32,8,bf16,1.0,400",
+                     "cudnn,backward,1,8192,128,32,8,bf16,1.0,500",
+                     "cudnn_deterministic,backward,1,8192,128,32,8,bf16,1.0,420"],
+            "turn-order": ["own_deterministic,backward,1,8192,128,32,8,bf16,1.0,480",
+                           "cudnn,backward,1,8192,128,32,8,bf16,1.0,510",
+                           "cudnn_deterministic,backward,1,8192,128,32,8,bf16,1.0,399"]})
+        self.assertEqual([row[4] for row in rows],
+                         ["own_deterministic", "cudnn (unchanged)", "cudnn_deterministic (unchanged)"])
+        self.assertEqual(rows[2][5:], ["420 (0.840 x cuDNN)", "399 (0.950 x base, 0.782 x cuDNN)"])
+        self.assertEqual(notes, ["Noise: the unchanged kernels' medians moved up to 5.0% from the base build's "
+                                 "(median 3.5%)."])
 
 
 class BenchVariantsTable(unittest.TestCase):
