@@ -46,7 +46,12 @@ std::vector<int64_t> runnable_head_dims(const std::vector<int64_t>& head_dims,
   if (runnable.empty()) {
     [&] { GTEST_SKIP() << left_out; }();  // marks the test skipped; its loops over no head dim do nothing
   } else if (!left_out.empty()) {
-    std::cout << "[   NOTE   ] not run: " << left_out << "\n";
+    // Once per test: its loops ask again for every dtype and case, with the same answer.
+    static std::string last_noted;
+    const std::string note =
+        std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + ": " + left_out;
+    if (note != last_noted) std::cout << "[   NOTE   ] not run in " << note << "\n";
+    last_noted = note;
   }
   return runnable;
 }

@@ -35,7 +35,7 @@ class CudaKernelTest : public ::testing::Test {
 /// The head dims of `head_dims` that an own kernel runs here, by `unsupported` (its reason for a
 /// head dim, "" where it runs). A test goes through these, so that a build of some head dims
 /// (SPATTN_HOPPER_HEAD_DIMS) still tests those; the test is skipped, with the reasons, where none
-/// runs, and the head dims left out are named in its output.
+/// runs, and the head dims left out are named once in its output.
 std::vector<int64_t> runnable_head_dims(const std::vector<int64_t>& head_dims,
                                         const std::function<std::string(int64_t)>& unsupported);
 
