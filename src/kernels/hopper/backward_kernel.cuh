@@ -4,7 +4,7 @@
 // - one CTA per (key tile of 128 keys of a segment, kv head, batch), in the grid's order of
 //   backward_tile_order.hpp (backward_tile); it loops over every query tile (64 rows) of every query
 //   head of the GQA group that sees a key of the tile (or of its part of the group, where a short
-//   launch splits the group: backward_head_parts.hpp);
+//   launch splits the group: backward_head_parts.hpp), in backward_step_order.hpp's order;
 // - warpgroup 0 produces with two warps: one loads K and V once, then each step's Q, dO (TMA),
 //   lse and delta into a two-stage pipeline that the consumers release after their last product
 //   that reads a stage; the other adds each step's dQ from shared memory into the block's fp32 dq
@@ -34,6 +34,7 @@
 
 #include "core/cuda/cuda_check.hpp"
 #include "kernels/hopper/backward_problem.hpp"
+#include "kernels/hopper/backward_step_order.hpp"
 #include "kernels/hopper/backward_tile_order.hpp"
 #include "kernels/hopper/hopper_support.hpp"
 #include "kernels/hopper/key_tile_plan.hpp"
@@ -155,12 +156,6 @@ struct BackwardParams {
   BackwardProblem problem;
 };
 
-/// The query tile of one step of a CTA's loop: query head and tile number.
-struct QueryStep {
-  int head;
-  int m_block;
-};
-
 /// lse (in log2 units) and delta of one query row of a step.
 struct RowTerms {
   float lse_log2 = INFINITY;  // +inf for rows that add nothing: P = exp2(s - inf) = 0
@@ -206,25 +201,14 @@ __device__ inline int key_tiles_before(const BackwardProblem& problem, int tile_
 
 /// The work of one CTA: a key tile of one segment, for one kv head and batch, and its steps, the
 /// query tiles of its query heads (the GQA group's, or its part of them) that see a key of the
-/// tile, head by head.
+/// tile, in backward_step_order.hpp's order.
 struct BackwardTile {
   int tile_index;  // among the launch's key tiles
   int segment_index;
   int key_tile;  // within the segment
   int kv_head;
   int batch;
-  int first_head;  // query heads [first_head, first_head + heads)
-  int heads;
-  TileSpan query_tiles;
-
-  __device__ int steps() const { return heads * (query_tiles.end - query_tiles.begin); }
-  __device__ QueryStep first_step() const { return QueryStep{first_head, query_tiles.begin}; }
-  /// The next step's query tile: the next tile of the head, or the next head's first.
-  __device__ void advance(QueryStep& at) const {
-    if (++at.m_block < query_tiles.end) return;
-    at.m_block = query_tiles.begin;
-    ++at.head;
-  }
+  BackwardSteps steps;
 };
 
 /// This CTA's tile, in the grid's order of backward_tile_order.hpp: bands of groups (a part of
@@ -243,9 +227,10 @@ __device__ inline BackwardTile backward_tile(const BackwardProblem& problem) {
     ++tile.segment_index;
   const BackwardSegment& segment = problem.segments[tile.segment_index];
   tile.key_tile = tile.tile_index - segment.first_tile;
-  tile.heads = problem.heads / problem.kv_heads / problem.head_parts;
-  tile.first_head = (tile.kv_head * problem.head_parts + part) * tile.heads;
-  tile.query_tiles =
+  tile.steps.heads = problem.heads / problem.kv_heads / problem.head_parts;
+  tile.steps.first_head = (tile.kv_head * problem.head_parts + part) * tile.steps.heads;
+  tile.steps.in_turn_order = problem.dq_turns != nullptr;
+  tile.steps.query_tiles =
       visible_query_tiles(problem.q_position, problem.rows, KeyRange{segment.position, segment.keys}, tile.key_tile,
                           problem.mask_left, problem.mask_right, kBackwardQueryTile, kBackwardKeyTile);
   return tile;
@@ -306,9 +291,9 @@ __device__ void load_tiles(const BackwardParams<Traits>& params, const BackwardT
     load_keys(params.tma_k[tile.segment_index], sK);
     load_keys(params.tma_v[tile.segment_index], sV);
   }
-  const int steps = tile.steps();
-  QueryStep at = tile.first_step();
-  for (int step = 0; step < steps; ++step, tile.advance(at)) {
+  const int steps = tile.steps.count();
+  QueryStep at = tile.steps.first();
+  for (int step = 0; step < steps; ++step, tile.steps.advance(at)) {
     const int stage = step % Traits::kStages;
     shared.rows_empty[stage].wait((step / Traits::kStages) % 2 ^ 1);  // passes at once on the first round
     if (issuing) {
@@ -365,9 +350,9 @@ __device__ void add_query_grads(const BackwardParams<Traits>& params, const Back
   auto cta = tma.get_slice(_0{});
 
   NamedBarrier::arrive(kBufferThreads, uint32_t(BackwardBarrier::query_grad_empty));  // the buffer starts free
-  const int steps = tile.steps();
-  QueryStep at = tile.first_step();
-  for (int step = 0; step < steps; ++step, tile.advance(at)) {
+  const int steps = tile.steps.count();
+  QueryStep at = tile.steps.first();
+  for (int step = 0; step < steps; ++step, tile.steps.advance(at)) {
     NamedBarrier::sync(kBufferThreads, uint32_t(BackwardBarrier::query_grad_full));
     const int turn = (tile.batch * problem.heads + at.head) * query_tiles + at.m_block;
     if (issuing) {
@@ -482,9 +467,9 @@ __device__ void consume(const BackwardParams<Traits>& params, const BackwardTile
   const float scale_log2 = problem.scale * static_cast<float>(M_LOG2E);
 
   shared.keys_full.wait(0);
-  const int steps = tile.steps();
-  QueryStep at = tile.first_step();
-  for (int step = 0; step < steps; ++step, tile.advance(at)) {
+  const int steps = tile.steps.count();
+  QueryStep at = tile.steps.first();
+  for (int step = 0; step < steps; ++step, tile.steps.advance(at)) {
     const int stage = step % Traits::kStages;
     const int buffer = step % Traits::kScoreGradBuffers;
     shared.rows_full[stage].wait((step / Traits::kStages) % 2);
@@ -619,7 +604,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     backward_kernel(const __grid_constant__ BackwardParams<Traits> params) {
   auto& shared = aligned_shared_storage<typename Traits::SharedStorage>();
   const BackwardTile tile = backward_tile(params.problem);
-  if (tile.query_tiles.empty()) return;  // no row sees these keys: dk and dv gain nothing
+  if (tile.steps.query_tiles.empty()) return;  // no row sees these keys: dk and dv gain nothing
   const int warpgroup = cutlass::canonical_warp_group_idx();
 
   if (threadIdx.x == 0) {
