@@ -227,12 +227,12 @@ __device__ inline BackwardTile backward_tile(const BackwardProblem& problem) {
     ++tile.segment_index;
   const BackwardSegment& segment = problem.segments[tile.segment_index];
   tile.key_tile = tile.tile_index - segment.first_tile;
-  tile.steps.heads = problem.heads / problem.kv_heads / problem.head_parts;
-  tile.steps.first_head = (tile.kv_head * problem.head_parts + part) * tile.steps.heads;
-  tile.steps.in_turn_order = problem.dq_turns != nullptr;
-  tile.steps.query_tiles =
+  const int heads = problem.heads / problem.kv_heads / problem.head_parts;
+  tile.steps = BackwardSteps::of(
+      (tile.kv_head * problem.head_parts + part) * heads, heads,
       visible_query_tiles(problem.q_position, problem.rows, KeyRange{segment.position, segment.keys}, tile.key_tile,
-                          problem.mask_left, problem.mask_right, kBackwardQueryTile, kBackwardKeyTile);
+                          problem.mask_left, problem.mask_right, kBackwardQueryTile, kBackwardKeyTile),
+      problem.dq_turns != nullptr);
   return tile;
 }
 
@@ -291,8 +291,8 @@ __device__ void load_tiles(const BackwardParams<Traits>& params, const BackwardT
     load_keys(params.tma_k[tile.segment_index], sK);
     load_keys(params.tma_v[tile.segment_index], sV);
   }
-  const int steps = tile.steps.count();
-  QueryStep at = tile.steps.first();
+  const int steps = tile.steps.count;
+  QueryStep at = tile.steps.first;
   for (int step = 0; step < steps; ++step, tile.steps.advance(at)) {
     const int stage = step % Traits::kStages;
     shared.rows_empty[stage].wait((step / Traits::kStages) % 2 ^ 1);  // passes at once on the first round
@@ -350,8 +350,8 @@ __device__ void add_query_grads(const BackwardParams<Traits>& params, const Back
   auto cta = tma.get_slice(_0{});
 
   NamedBarrier::arrive(kBufferThreads, uint32_t(BackwardBarrier::query_grad_empty));  // the buffer starts free
-  const int steps = tile.steps.count();
-  QueryStep at = tile.steps.first();
+  const int steps = tile.steps.count;
+  QueryStep at = tile.steps.first;
   for (int step = 0; step < steps; ++step, tile.steps.advance(at)) {
     NamedBarrier::sync(kBufferThreads, uint32_t(BackwardBarrier::query_grad_full));
     const int turn = (tile.batch * problem.heads + at.head) * query_tiles + at.m_block;
@@ -467,8 +467,8 @@ __device__ void consume(const BackwardParams<Traits>& params, const BackwardTile
   const float scale_log2 = problem.scale * static_cast<float>(M_LOG2E);
 
   shared.keys_full.wait(0);
-  const int steps = tile.steps.count();
-  QueryStep at = tile.steps.first();
+  const int steps = tile.steps.count;
+  QueryStep at = tile.steps.first;
   for (int step = 0; step < steps; ++step, tile.steps.advance(at)) {
     const int stage = step % Traits::kStages;
     const int buffer = step % Traits::kScoreGradBuffers;
@@ -604,7 +604,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     backward_kernel(const __grid_constant__ BackwardParams<Traits> params) {
   auto& shared = aligned_shared_storage<typename Traits::SharedStorage>();
   const BackwardTile tile = backward_tile(params.problem);
-  if (tile.steps.query_tiles.empty()) return;  // no row sees these keys: dk and dv gain nothing
+  if (tile.steps.count == 0) return;  // no row sees these keys: dk and dv gain nothing
   const int warpgroup = cutlass::canonical_warp_group_idx();
 
   if (threadIdx.x == 0) {

@@ -27,28 +27,42 @@ struct QueryStep {
   int m_block;
 };
 
-/// The steps of one CTA: every query tile of `query_tiles` of the query heads
-/// [first_head, first_head + heads), in the order of the file's comment.
+/// The steps of one CTA: every query tile of a span of the query heads [first_head, first_head +
+/// heads), in the order of the file's comment. It keeps only what its loops need from step to step
+/// (the loading warp runs them in 24 registers): the coordinate that moves every step wraps over
+/// [inner_first, inner_end), and the other then moves by one.
 struct BackwardSteps {
-  int first_head = 0;
-  int heads = 0;
-  TileSpan query_tiles;
-  bool in_turn_order = false;  // deterministic mode: query tiles descending, heads inner
+  QueryStep first{0, 0};
+  int count = 0;
+  int inner_first = 0;
+  int inner_end = 0;
+  bool heads_inner = false;  // deterministic mode: query tiles descending, heads inner
 
-  SPATTN_HOST_DEVICE int count() const { return heads * (query_tiles.end - query_tiles.begin); }
-  SPATTN_HOST_DEVICE QueryStep first() const {
-    return QueryStep{first_head, in_turn_order ? query_tiles.end - 1 : query_tiles.begin};
+  SPATTN_HOST_DEVICE static BackwardSteps of(int first_head, int heads, TileSpan query_tiles, bool in_turn_order) {
+    BackwardSteps steps;
+    steps.count = query_tiles.empty() ? 0 : heads * (query_tiles.end - query_tiles.begin);
+    steps.heads_inner = in_turn_order;
+    if (in_turn_order) {
+      steps.first = QueryStep{first_head, query_tiles.end - 1};
+      steps.inner_first = first_head;
+      steps.inner_end = first_head + heads;
+    } else {
+      steps.first = QueryStep{first_head, query_tiles.begin};
+      steps.inner_first = query_tiles.begin;
+      steps.inner_end = query_tiles.end;
+    }
+    return steps;
   }
   /// The step after `at`.
   SPATTN_HOST_DEVICE void advance(QueryStep& at) const {
-    if (in_turn_order) {
-      if (++at.head < first_head + heads) return;
-      at.head = first_head;
+    if (heads_inner) {
+      if (++at.head < inner_end) return;
+      at.head = inner_first;
       --at.m_block;
       return;
     }
-    if (++at.m_block < query_tiles.end) return;
-    at.m_block = query_tiles.begin;
+    if (++at.m_block < inner_end) return;
+    at.m_block = inner_first;
     ++at.head;
   }
 };
