@@ -228,11 +228,11 @@ __device__ inline BackwardTile backward_tile(const BackwardProblem& problem) {
   const BackwardSegment& segment = problem.segments[tile.segment_index];
   tile.key_tile = tile.tile_index - segment.first_tile;
   const int heads = problem.heads / problem.kv_heads / problem.head_parts;
-  tile.steps = BackwardSteps::of(
+  tile.steps = BackwardSteps{
       (tile.kv_head * problem.head_parts + part) * heads, heads,
       visible_query_tiles(problem.q_position, problem.rows, KeyRange{segment.position, segment.keys}, tile.key_tile,
                           problem.mask_left, problem.mask_right, kBackwardQueryTile, kBackwardKeyTile),
-      problem.dq_turns != nullptr);
+      problem.dq_turns != nullptr ? StepOrder::in_turn : StepOrder::head_by_head};
   return tile;
 }
 
@@ -263,7 +263,7 @@ __device__ auto query_tiles_of(const Tma& tma, const BackwardProblem& problem, i
 /// delta of two of the step's rows into the stage (not by TMA: their rows need not be 16-byte
 /// aligned) and arrives on the stage's barrier, which completes when all 32 have and the tiles'
 /// bytes have landed.
-template <class Traits>
+template <StepOrder kOrder, class Traits>
 __device__ void load_tiles(const BackwardParams<Traits>& params, const BackwardTile& tile,
                            typename Traits::SharedStorage& shared) {
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
@@ -291,9 +291,9 @@ __device__ void load_tiles(const BackwardParams<Traits>& params, const BackwardT
     load_keys(params.tma_k[tile.segment_index], sK);
     load_keys(params.tma_v[tile.segment_index], sV);
   }
-  const int steps = tile.steps.count;
-  QueryStep at = tile.steps.first;
-  for (int step = 0; step < steps; ++step, tile.steps.advance(at)) {
+  const int steps = tile.steps.count();
+  QueryStep at = tile.steps.first<kOrder>();
+  for (int step = 0; step < steps; ++step, tile.steps.advance<kOrder>(at)) {
     const int stage = step % Traits::kStages;
     shared.rows_empty[stage].wait((step / Traits::kStages) % 2 ^ 1);  // passes at once on the first round
     if (issuing) {
@@ -337,7 +337,7 @@ __device__ void load_tiles(const BackwardParams<Traits>& params, const BackwardT
 /// waits only for key tiles of lower index, whose CTAs started before it (the grid runs in index
 /// order) and never wait for it, so there is no cycle; it passes the turn on once its add is
 /// complete, its writes performed.
-template <class Traits>
+template <StepOrder kOrder, class Traits>
 __device__ void add_query_grads(const BackwardParams<Traits>& params, const BackwardTile& tile,
                                 typename Traits::SharedStorage& shared) {
   using cutlass::arch::NamedBarrier;
@@ -350,9 +350,9 @@ __device__ void add_query_grads(const BackwardParams<Traits>& params, const Back
   auto cta = tma.get_slice(_0{});
 
   NamedBarrier::arrive(kBufferThreads, uint32_t(BackwardBarrier::query_grad_empty));  // the buffer starts free
-  const int steps = tile.steps.count;
-  QueryStep at = tile.steps.first;
-  for (int step = 0; step < steps; ++step, tile.steps.advance(at)) {
+  const int steps = tile.steps.count();
+  QueryStep at = tile.steps.first<kOrder>();
+  for (int step = 0; step < steps; ++step, tile.steps.advance<kOrder>(at)) {
     NamedBarrier::sync(kBufferThreads, uint32_t(BackwardBarrier::query_grad_full));
     const int turn = (tile.batch * problem.heads + at.head) * query_tiles + at.m_block;
     if (issuing) {
@@ -405,7 +405,7 @@ __device__ void store_query_grad_pairs(const Pairs& dQ_pairs,  // 32 fp32 (flat:
 /// dK accumulated in registers, dS^T through shared memory (one of two buffers, alternating, so
 /// that one barrier per step orders its writes and reads), dQ = dS K into the dQ buffer; at the
 /// end dK and dV into the segment's fp32 accumulators.
-template <class Traits>
+template <StepOrder kOrder, class Traits>
 __device__ void consume(const BackwardParams<Traits>& params, const BackwardTile& tile,
                         typename Traits::SharedStorage& shared) {
   using Element = typename Traits::Element;
@@ -467,9 +467,9 @@ __device__ void consume(const BackwardParams<Traits>& params, const BackwardTile
   const float scale_log2 = problem.scale * static_cast<float>(M_LOG2E);
 
   shared.keys_full.wait(0);
-  const int steps = tile.steps.count;
-  QueryStep at = tile.steps.first;
-  for (int step = 0; step < steps; ++step, tile.steps.advance(at)) {
+  const int steps = tile.steps.count();
+  QueryStep at = tile.steps.first<kOrder>();
+  for (int step = 0; step < steps; ++step, tile.steps.advance<kOrder>(at)) {
     const int stage = step % Traits::kStages;
     const int buffer = step % Traits::kScoreGradBuffers;
     shared.rows_full[stage].wait((step / Traits::kStages) % 2);
@@ -604,7 +604,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
     backward_kernel(const __grid_constant__ BackwardParams<Traits> params) {
   auto& shared = aligned_shared_storage<typename Traits::SharedStorage>();
   const BackwardTile tile = backward_tile(params.problem);
-  if (tile.steps.count == 0) return;  // no row sees these keys: dk and dv gain nothing
+  if (tile.steps.count() == 0) return;  // no row sees these keys: dk and dv gain nothing
   const int warpgroup = cutlass::canonical_warp_group_idx();
 
   if (threadIdx.x == 0) {
@@ -617,16 +617,19 @@ __global__ void __launch_bounds__(Traits::kThreads, 1)
   }
   __syncthreads();  // barriers initialized before anyone waits on them
 
-  if (warpgroup == 0) {
-    // The producer needs few registers: give them to the consumers.
-    cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegisters>();
-    const int warp = threadIdx.x / 32;
-    if (warp == 0) load_tiles(params, tile, shared);
-    if (warp == 1) add_query_grads(params, tile, shared);
-  } else {
-    cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegisters>();
-    consume(params, tile, shared);
-  }
+  with_step_order(tile.steps.order, [&](auto order) {
+    constexpr StepOrder kOrder = decltype(order)::value;
+    if (warpgroup == 0) {
+      // The producer needs few registers: give them to the consumers.
+      cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegisters>();
+      const int warp = threadIdx.x / 32;
+      if (warp == 0) load_tiles<kOrder>(params, tile, shared);
+      if (warp == 1) add_query_grads<kOrder>(params, tile, shared);
+    } else {
+      cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegisters>();
+      consume<kOrder>(params, tile, shared);
+    }
+  });
 }
 
 template <class Traits>

@@ -25,12 +25,25 @@ namespace {
 constexpr int kH100Multiprocessors = 132;
 constexpr int64_t kUnbounded = -1;
 
-/// The steps of `steps` in its order.
-std::vector<std::pair<int, int>> walk(const BackwardSteps& steps) {
-  std::vector<std::pair<int, int>> visited;
-  QueryStep at = steps.first;
-  for (int step = 0; step < steps.count; ++step, steps.advance(at)) visited.emplace_back(at.head, at.m_block);
+/// The steps of the query heads [first_head, first_head + heads) and `query_tiles`, in the order
+/// of `in_turn_order`, as the kernel's loops go through them.
+std::vector<QueryStep> walk(int first_head, int heads, TileSpan query_tiles, bool in_turn_order) {
+  const BackwardSteps steps{first_head, heads, query_tiles,
+                            in_turn_order ? StepOrder::in_turn : StepOrder::head_by_head};
+  std::vector<QueryStep> visited;
+  with_step_order(steps.order, [&](auto order) {
+    constexpr StepOrder kOrder = decltype(order)::value;
+    QueryStep at = steps.first<kOrder>();
+    for (int step = 0; step < steps.count(); ++step, steps.advance<kOrder>(at)) visited.push_back(at);
+  });
   return visited;
+}
+
+/// (head, query tile) pairs of `steps`.
+std::vector<std::pair<int, int>> pairs_of(const std::vector<QueryStep>& steps) {
+  std::vector<std::pair<int, int>> pairs;
+  for (const QueryStep& at : steps) pairs.emplace_back(at.head, at.m_block);
+  return pairs;
 }
 
 TEST(HopperBackwardStepOrder, EveryHeadAndQueryTileOnceInEitherOrder) {
@@ -39,8 +52,7 @@ TEST(HopperBackwardStepOrder, EveryHeadAndQueryTileOnceInEitherOrder) {
       for (const TileSpan tiles : {TileSpan{0, 1}, TileSpan{2, 9}, TileSpan{0, 64}, TileSpan{5, 5}}) {
         SCOPED_TRACE(::testing::Message() << (in_turn_order ? "turn order, " : "racing order, ") << heads
                                           << " heads, query tiles [" << tiles.begin << ", " << tiles.end << ")");
-        const BackwardSteps steps = BackwardSteps::of(4, heads, tiles, in_turn_order);
-        std::vector<std::pair<int, int>> visited = walk(steps);
+        std::vector<std::pair<int, int>> visited = pairs_of(walk(4, heads, tiles, in_turn_order));
         EXPECT_EQ(static_cast<int>(visited.size()), heads * std::max(0, tiles.end - tiles.begin));
         std::sort(visited.begin(), visited.end());
         EXPECT_TRUE(std::adjacent_find(visited.begin(), visited.end()) == visited.end());
@@ -55,9 +67,9 @@ TEST(HopperBackwardStepOrder, EveryHeadAndQueryTileOnceInEitherOrder) {
 
 TEST(HopperBackwardStepOrder, RacingAddsGoHeadByHeadTheTurnOrderFromTheLastTileDown) {
   const std::vector<std::pair<int, int>> racing = {{0, 2}, {0, 3}, {0, 4}, {1, 2}, {1, 3}, {1, 4}};
-  EXPECT_EQ(walk(BackwardSteps::of(0, 2, TileSpan{2, 5}, false)), racing);
+  EXPECT_EQ(pairs_of(walk(0, 2, TileSpan{2, 5}, false)), racing);
   const std::vector<std::pair<int, int>> in_turn = {{0, 4}, {1, 4}, {0, 3}, {1, 3}, {0, 2}, {1, 2}};
-  EXPECT_EQ(walk(BackwardSteps::of(0, 2, TileSpan{2, 5}, true)), in_turn);
+  EXPECT_EQ(pairs_of(walk(0, 2, TileSpan{2, 5}, true)), in_turn);
 }
 
 /// A launch's key tiles over its segments, as the kernel numbers them (BackwardSegment::first_tile),
@@ -79,9 +91,9 @@ int early_arrivals(const std::vector<TileSpan>& spans, int heads, bool in_turn_o
   std::map<std::pair<int, int>, int> step_of_last_visitor;  // (head, query tile) -> its step there
   int early = 0;
   for (const TileSpan& span : spans) {
-    const BackwardSteps steps = BackwardSteps::of(0, heads, span, in_turn_order);
-    QueryStep at = steps.first;
-    for (int step = 0; step < steps.count; ++step, steps.advance(at)) {
+    const std::vector<QueryStep> steps = walk(0, heads, span, in_turn_order);
+    for (int step = 0; step < static_cast<int>(steps.size()); ++step) {
+      const QueryStep at = steps[static_cast<std::size_t>(step)];
       const auto [last, inserted] = step_of_last_visitor.insert({{at.head, at.m_block}, step});
       if (!inserted) {
         if (step < last->second) ++early;
@@ -140,14 +152,13 @@ double modeled_launch_end(int64_t tokens, bool causal, bool turns, bool in_turn_
   double launch_end = 0.0;
   for (int cta = 0; cta < key_tiles * kKvHeads; ++cta) {
     const BackwardTileSlot slot = backward_tile_slot(cta, key_tiles, band);
-    const BackwardSteps steps = BackwardSteps::of(
+    const std::vector<QueryStep> steps = walk(
         0, kHeads,
         visible_query_tiles(0, tokens, block, slot.key_tile, kUnbounded, right, kBackwardQueryTile, kBackwardKeyTile),
         in_turn_order);
     double computed = free_at.top(), add_start = 0.0, add_end = computed;
     free_at.pop();
-    QueryStep at = steps.first;
-    for (int step = 0; step < steps.count; ++step, steps.advance(at)) {
+    for (const QueryStep& at : steps) {
       computed = std::max(computed + 1.0, add_start);
       double& previous_add =
           last_add_end[static_cast<std::size_t>((slot.group * kHeads + at.head) * query_tiles + at.m_block)];
