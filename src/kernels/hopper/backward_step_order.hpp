@@ -15,8 +15,9 @@
 //   tile down, every head of a tile in turn, key tile t meets each (head, tile) at the same step
 //   as key tile t - 1 or later, since the query tiles that key tiles see end alike under the
 //   causal mask and later for later key tiles under a window: a key tile waits only for the add
-//   itself (model: 0.98-1.00 causal, 0.96-0.98 without a mask in either order; measured 0.86-0.93
-//   causal at 4k-16k, 0.93-1.00 without a mask, H100, 2026-12-06).
+//   itself (model: 0.98-1.00 causal, 0.96-0.98 without a mask in either order; measured 0.89-0.92
+//   causal and 0.92-0.99 without a mask at 4k-16k, H100, 2026-12-06, bench/results/
+//   gpu-device-run-2026-12-06d.md).
 
 #include <type_traits>
 
