@@ -739,10 +739,9 @@ fi
 # Stage STAGE: the builds of BINARY (TARGET's, relative to the build) kept under build_dir/STAGE,
 # each beside its library: the tree as built (base), then the tree with each patch of
 # SPATTN_AB_PATCHES applied, TARGET rebuilt and the patch reverted (a patch that does not apply or
-# build is left out; STAGE.log says why). A later build notices the reverted sources (their
-# modification times are newer than the objects) and rebuilds them. Every build runs
-# SPATTN_AB_ROUNDS times (default 3), the builds taking turns: `RUN VARIANT DIRECTORY` runs the
-# build in DIRECTORY/VARIANT into DIRECTORY/VARIANT.csv. COMPARE (a bench/ script) tables the CSVs
+# build is left out; STAGE.log says why), and the objects built with patches deleted. Every build
+# runs SPATTN_AB_ROUNDS times (default 3), the builds taking turns: `RUN VARIANT DIRECTORY` runs
+# the build in DIRECTORY/VARIANT into DIRECTORY/VARIANT.csv. COMPARE (a bench/ script) tables the CSVs
 # into STAGE.md; they go into STAGE-csv.tar.gz.
 ab_stage() {
   local stage=$1 target=$2 binary=$3 compare=$4 run=$5
@@ -767,6 +766,11 @@ ab_stage() {
     fi
     patch -R -p1 -d "$root" <"$patch" >>"$log" 2>&1
   done
+  # Objects built with a patch go: the device tool may copy the tree again before the next call,
+  # the reverted sources with their older times, and make would keep the patch's objects (a host
+  # object of a patch that changed the query tile stayed in the next call's base, whose
+  # deterministic backward then hung, 2026-12-06). The next build makes them again from the tree.
+  find "$build_dir" -name '*.o' -newer "$directory/base/$(basename "$binary")" -delete
   # The base build again under each environment of SPATTN_AB_ENVS; DIRECTORY/VARIANT.env holds its
   # assignments, one a line, for RUN to set.
   for environment in ${SPATTN_AB_ENVS:-}; do
