@@ -745,7 +745,8 @@ fi
 # into STAGE.md; they go into STAGE-csv.tar.gz.
 ab_stage() {
   local stage=$1 target=$2 binary=$3 compare=$4 run=$5
-  local directory="$build_dir/$stage" log="$logs/$stage.log" patch environment name round variant status=0 variants csvs=()
+  local directory="$build_dir/$stage" log="$logs/$stage.log" patch environment name round variant status=0 exit_status
+  local variants csvs=()
   rm -rf "$directory"
   # LD_LIBRARY_PATH picks each build's library (it comes before the binaries' RUNPATH).
   keep_build() { mkdir -p "$directory/$1" && cp "$build_dir/$binary" "$build_dir"/libspattn.so* "$directory/$1/"; }
@@ -783,7 +784,12 @@ ab_stage() {
   for round in $(seq "${SPATTN_AB_ROUNDS:-3}"); do
     for variant in "${variants[@]}"; do
       echo "== round $round: $variant ($(date +%T))" >>"$log"
-      "$run" "$variant" "$directory" >>"$log" 2>&1 || status=$?
+      exit_status=0
+      "$run" "$variant" "$directory" >>"$log" 2>&1 || exit_status=$?
+      ((exit_status == 0)) || status=$exit_status
+      # 124 is timeout's: the run reached its limit (seconds_left), as one whose kernel never ends does
+      if ((exit_status == 124)); then echo "== round $round: $variant stopped at its time limit" >>"$log"
+      elif ((exit_status != 0)); then echo "== round $round: $variant exited $exit_status" >>"$log"; fi
     done
   done
   clock_samples_stop
