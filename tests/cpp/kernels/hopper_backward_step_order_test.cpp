@@ -139,7 +139,7 @@ double modeled_launch_end(int64_t tokens, bool causal, bool turns, bool in_turn_
   constexpr double kAdd = 0.4;
   constexpr int kKvHeads = 8, kHeads = 4;
   const int key_tiles = static_cast<int>(tokens / kBackwardKeyTile);
-  const int query_tiles = static_cast<int>(tokens / kBackwardQueryTile);
+  const int query_tiles = static_cast<int>((tokens + kBackwardQueryTile - 1) / kBackwardQueryTile);
   const int64_t right = causal ? 0 : kUnbounded;
   const KeyRange block{0, tokens};
   const int band = static_cast<int>(backward_band_groups(
