@@ -92,6 +92,12 @@ std::vector<HeadGroup> head_groups(const HeadRange& query_heads, int64_t group_s
 // Whether data arriving for a place overwrites it or is added to it.
 enum class Arrival { overwrite, sum };
 
+// The pieces of an all-to-all that a pack or unpack handles: those that go to or come from the
+// other ranks, or this rank's own, which never travels. The own piece is packed after the
+// transfer has started and unpacked before it has ended, so that its copies run during the
+// transfer rather than before or after it (at 2 ranks half of every pack and unpack).
+enum class Pieces { travelling, own };
+
 }  // namespace
 
 class UlyssesStrategy final : public StrategyBase {
@@ -150,8 +156,8 @@ class UlyssesStrategy final : public StrategyBase {
     ProfileRecorder recorder(profile, kSteps, *kernels, "forward");
     pass_over_stages(
         recorder, profile, &HeadStage::forward_inputs, &HeadStage::forward_results,
-        [&](HeadStage& stage) { pack_inputs(stage, stage.forward_inputs, q, k, v); },
-        [&](HeadStage& stage) { unpack_inputs(stage, stage.forward_inputs); },
+        [&](HeadStage& stage, Pieces pieces) { pack_inputs(stage, stage.forward_inputs, q, k, v, pieces); },
+        [&](HeadStage& stage, Pieces pieces) { unpack_inputs(stage, stage.forward_inputs, pieces); },
         [&](HeadStage& stage, Profile* inner_profile) {
           if (across.inner)
             across.inner->forward(stage.full_q, stage.full_k, stage.full_v, stage.full_out, stage.full_lse,
@@ -159,13 +165,15 @@ class UlyssesStrategy final : public StrategyBase {
           else
             attend_locally_forward(stage);
         },
-        [&](HeadStage& stage) {
-          pack_sequence_shards(out_to_send(stage), kBshd, stage.forward_results, kOutPart);
-          pack_sequence_shards(stage.full_lse, kBhs, stage.forward_results, kLsePart);
+        [&](HeadStage& stage, Pieces pieces) {
+          pack_sequence_shards(out_to_send(stage), kBshd, stage.forward_results, kOutPart, pieces);
+          pack_sequence_shards(stage.full_lse, kBhs, stage.forward_results, kLsePart, pieces);
         },
-        [&](HeadStage& stage) {
-          unpack_head_shards(stage.forward_results, kOutPart, kBshd, stage.query_heads_of, out, Arrival::overwrite);
-          unpack_head_shards(stage.forward_results, kLsePart, kBhs, stage.query_heads_of, lse, Arrival::overwrite);
+        [&](HeadStage& stage, Pieces pieces) {
+          unpack_head_shards(stage.forward_results, kOutPart, kBshd, stage.query_heads_of, out, Arrival::overwrite,
+                             pieces);
+          unpack_head_shards(stage.forward_results, kLsePart, kBhs, stage.query_heads_of, lse, Arrival::overwrite,
+                             pieces);
         });
     recorder.finish();
   }
@@ -176,27 +184,28 @@ class UlyssesStrategy final : public StrategyBase {
     begin_backward(comm, q, k, v, out, lse, dout, dq, dk, dv);
     ensure_backward_workspace();
     ProfileRecorder recorder(profile, kSteps, *kernels, "backward");
+    bool sums_zeroed = false;
     pass_over_stages(
         recorder, profile, &HeadStage::backward_inputs, &HeadStage::gradients,
-        [&](HeadStage& stage) {
+        [&](HeadStage& stage, Pieces pieces) {
           AllToAllExchange& blocks = stage.backward_inputs;
-          pack_inputs(stage, blocks, q, k, v);
-          pack_head_shards(dout, kBshd, stage.query_heads_of, blocks, kDoutPart);
-          pack_head_shards(lse, kBhs, stage.query_heads_of, blocks, kLseInPart);
+          pack_inputs(stage, blocks, q, k, v, pieces);
+          pack_head_shards(dout, kBshd, stage.query_heads_of, blocks, kDoutPart, pieces);
+          pack_head_shards(lse, kBhs, stage.query_heads_of, blocks, kLseInPart, pieces);
           if (output_travels())
-            pack_head_shards(out, kBshd, stage.query_heads_of, blocks, kOutputPart);
+            pack_head_shards(out, kBshd, stage.query_heads_of, blocks, kOutputPart, pieces);
           else
-            pack_delta(stage, out, dout);
+            pack_delta(stage, out, dout, pieces);
         },
-        [&](HeadStage& stage) {
+        [&](HeadStage& stage, Pieces pieces) {
           const AllToAllExchange& blocks = stage.backward_inputs;
-          unpack_inputs(stage, blocks);
-          unpack_sequence_shards(blocks, kDoutPart, kBshd, stage.full_dout);
-          unpack_sequence_shards(blocks, kLseInPart, kBhs, stage.full_lse);
+          unpack_inputs(stage, blocks, pieces);
+          unpack_sequence_shards(blocks, kDoutPart, kBshd, stage.full_dout, pieces);
+          unpack_sequence_shards(blocks, kLseInPart, kBhs, stage.full_lse, pieces);
           if (output_travels())
-            unpack_sequence_shards(blocks, kOutputPart, kBshd, stage.full_out);
+            unpack_sequence_shards(blocks, kOutputPart, kBshd, stage.full_out, pieces);
           else
-            unpack_sequence_shards(blocks, kOutputPart, kBhs, stage.full_delta);
+            unpack_sequence_shards(blocks, kOutputPart, kBhs, stage.full_delta, pieces);
         },
         [&](HeadStage& stage, Profile* inner_profile) {
           if (across.inner)
@@ -205,20 +214,22 @@ class UlyssesStrategy final : public StrategyBase {
           else
             attend_locally_backward(stage);
         },
-        [&](HeadStage& stage) {
-          pack_sequence_shards(stage.full_dq, kBshd, stage.gradients, kDqPart);
-          pack_sequence_shards(stage.full_dk, kBshd, stage.gradients, kDkPart);
-          pack_sequence_shards(stage.full_dv, kBshd, stage.gradients, kDvPart);
+        [&](HeadStage& stage, Pieces pieces) {
+          pack_sequence_shards(stage.full_dq, kBshd, stage.gradients, kDqPart, pieces);
+          pack_sequence_shards(stage.full_dk, kBshd, stage.gradients, kDkPart, pieces);
+          pack_sequence_shards(stage.full_dv, kBshd, stage.gradients, kDvPart, pieces);
         },
-        [&](HeadStage& stage) {
-          // Zeroed here, once every stage's inputs have left, so that the first ones leave sooner.
-          if (&stage == &stages.front()) {
+        [&](HeadStage& stage, Pieces pieces) {
+          // Zeroed at the first unpack, once every stage's inputs have left, so that the first ones
+          // leave sooner.
+          if (!sums_zeroed) {
             kernels->fill(dk_sum, 0.0f);
             kernels->fill(dv_sum, 0.0f);
+            sums_zeroed = true;
           }
-          unpack_head_shards(stage.gradients, kDqPart, kBshd, stage.query_heads_of, dq, Arrival::overwrite);
-          unpack_head_shards(stage.gradients, kDkPart, kBshd, stage.kv_heads_of, dk_sum, Arrival::sum);
-          unpack_head_shards(stage.gradients, kDvPart, kBshd, stage.kv_heads_of, dv_sum, Arrival::sum);
+          unpack_head_shards(stage.gradients, kDqPart, kBshd, stage.query_heads_of, dq, Arrival::overwrite, pieces);
+          unpack_head_shards(stage.gradients, kDkPart, kBshd, stage.kv_heads_of, dk_sum, Arrival::sum, pieces);
+          unpack_head_shards(stage.gradients, kDvPart, kBshd, stage.kv_heads_of, dv_sum, Arrival::sum, pieces);
         });
     recorder.compute(kToSequenceStep, [&] {
       kernels->copy(dk_sum, dk);
@@ -465,7 +476,9 @@ class UlyssesStrategy final : public StrategyBase {
   // One pass over the stages: every stage's inputs packed and sent at once, then stage by stage
   // its inputs awaited and unpacked, its attention (`attend` gets the profile an inner strategy
   // fills, or null) and its results packed and sent while the next stage attends; last every
-  // stage's results awaited and unpacked. `inputs` and `results` are the pass's exchanges.
+  // stage's results awaited and unpacked. `inputs` and `results` are the pass's exchanges. The
+  // packs and unpacks take the travelling pieces and the own piece apart (Pieces): the own one
+  // packed once the transfer has started, and its results unpacked before their transfer ends.
   template <typename PackInputs, typename UnpackInputs, typename Attend, typename PackResults, typename UnpackResults>
   void pass_over_stages(ProfileRecorder& recorder, Profile* profile, AllToAllExchange HeadStage::*inputs,
                         AllToAllExchange HeadStage::*results, PackInputs pack_inputs, UnpackInputs unpack_inputs,
@@ -473,22 +486,32 @@ class UlyssesStrategy final : public StrategyBase {
     std::vector<std::unique_ptr<PendingTransfer>> arriving(stages.size()), leaving(stages.size());
     for (std::size_t index = 0; index < stages.size(); ++index) {
       HeadStage& stage = stages[index];
-      recorder.compute(kToHeadsStep, [&] { pack_inputs(stage); });
+      recorder.compute(kToHeadsStep, [&] { pack_inputs(stage, Pieces::travelling); });
       arriving[index] = start(recorder, kToHeadsStep, stage.*inputs);
     }
+    recorder.compute(kToHeadsStep, [&] {
+      for (HeadStage& stage : stages) {
+        pack_inputs(stage, Pieces::own);
+        unpack_inputs(stage, Pieces::own);
+      }
+    });
     for (std::size_t index = 0; index < stages.size(); ++index) {
       HeadStage& stage = stages[index];
       recorder.wait(kToHeadsStep, comm, *arriving[index]);
-      recorder.compute(kToHeadsStep, [&] { unpack_inputs(stage); });
+      recorder.compute(kToHeadsStep, [&] { unpack_inputs(stage, Pieces::travelling); });
       Profile* inner_profile = profile ? &inner_timing : nullptr;
       recorder.compute(kAttentionStep, [&] { attend(stage, inner_profile); });
       if (inner_profile) recorder.fold_nested(kAttentionStep, *inner_profile);
-      recorder.compute(kToSequenceStep, [&] { pack_results(stage); });
+      recorder.compute(kToSequenceStep, [&] { pack_results(stage, Pieces::travelling); });
       leaving[index] = start(recorder, kToSequenceStep, stage.*results);
+      recorder.compute(kToSequenceStep, [&] {
+        pack_results(stage, Pieces::own);
+        unpack_results(stage, Pieces::own);
+      });
     }
     for (std::size_t index = 0; index < stages.size(); ++index) {
       recorder.wait(kToSequenceStep, comm, *leaving[index]);
-      recorder.compute(kToSequenceStep, [&] { unpack_results(stages[index]); });
+      recorder.compute(kToSequenceStep, [&] { unpack_results(stages[index], Pieces::travelling); });
     }
   }
 
@@ -499,10 +522,14 @@ class UlyssesStrategy final : public StrategyBase {
     return blocks.start(comm);
   }
 
+  // Whether `peer`'s piece is among `pieces`.
+  bool among(int peer, Pieces pieces) const { return (peer == rank) == (pieces == Pieces::own); }
+
   // Sequence shard -> blocks: the block for peer p gets heads `heads_of[p]` of this rank's tokens.
   void pack_head_shards(const TensorView& shard, Axes axes, const std::vector<HeadRange>& heads_of,
-                        const AllToAllExchange& blocks, int part) {
+                        const AllToAllExchange& blocks, int part, Pieces pieces) {
     for (int peer = 0; peer < ranks; ++peer) {
+      if (!among(peer, pieces)) continue;
       const HeadRange& heads = heads_of[static_cast<std::size_t>(peer)];
       kernels->copy(shard.slice(axes.head, heads.first, heads.count),
                     blocks.to_send(peer, part).slice(axes.head, 0, heads.count));
@@ -510,8 +537,9 @@ class UlyssesStrategy final : public StrategyBase {
   }
 
   // delta = rowsum(dout * out) of the stage's heads, written straight into each peer's block.
-  void pack_delta(const HeadStage& stage, const TensorView& out, const TensorView& dout) {
+  void pack_delta(const HeadStage& stage, const TensorView& out, const TensorView& dout, Pieces pieces) {
     for (int peer = 0; peer < ranks; ++peer) {
+      if (!among(peer, pieces)) continue;
       const HeadRange& heads = stage.query_heads_of[static_cast<std::size_t>(peer)];
       kernels->softmax_delta(out.slice(kBshd.head, heads.first, heads.count),
                              dout.slice(kBshd.head, heads.first, heads.count),
@@ -521,26 +549,30 @@ class UlyssesStrategy final : public StrategyBase {
 
   // Blocks -> head shard: block j holds rank j's tokens, which go to their place in the sequence
   // (where they landed already when the part is placed there).
-  void unpack_sequence_shards(const AllToAllExchange& blocks, int part, Axes axes, TensorView full) {
+  void unpack_sequence_shards(const AllToAllExchange& blocks, int part, Axes axes, TensorView full, Pieces pieces) {
     if (blocks.is_placed(part)) return;
     for (int source = 0; source < ranks; ++source)
-      kernels->copy(blocks.received(source, part).slice(axes.head, 0, full.size(axes.head)),
-                    full.slice(axes.seq, source * local_seq, local_seq));
+      if (among(source, pieces))
+        kernels->copy(blocks.received(source, part).slice(axes.head, 0, full.size(axes.head)),
+                      full.slice(axes.seq, source * local_seq, local_seq));
   }
 
   // Head shard -> blocks: the block for peer p gets p's tokens of this rank's heads (which travel
   // from `full` itself when the part is placed there).
-  void pack_sequence_shards(const TensorView& full, Axes axes, const AllToAllExchange& blocks, int part) {
+  void pack_sequence_shards(const TensorView& full, Axes axes, const AllToAllExchange& blocks, int part,
+                            Pieces pieces) {
     if (blocks.is_placed(part)) return;
     for (int peer = 0; peer < ranks; ++peer)
-      kernels->copy(full.slice(axes.seq, peer * local_seq, local_seq),
-                    blocks.to_send(peer, part).slice(axes.head, 0, full.size(axes.head)));
+      if (among(peer, pieces))
+        kernels->copy(full.slice(axes.seq, peer * local_seq, local_seq),
+                      blocks.to_send(peer, part).slice(axes.head, 0, full.size(axes.head)));
   }
 
   // Blocks -> sequence shard: block j holds heads `heads_of[j]` of this rank's tokens.
   void unpack_head_shards(const AllToAllExchange& blocks, int part, Axes axes, const std::vector<HeadRange>& heads_of,
-                          TensorView shard, Arrival arrival) {
+                          TensorView shard, Arrival arrival, Pieces pieces) {
     for (int source = 0; source < ranks; ++source) {
+      if (!among(source, pieces)) continue;
       const HeadRange& heads = heads_of[static_cast<std::size_t>(source)];
       const TensorView arrived = blocks.received(source, part).slice(axes.head, 0, heads.count);
       const TensorView place = shard.slice(axes.head, heads.first, heads.count);
@@ -550,15 +582,15 @@ class UlyssesStrategy final : public StrategyBase {
   }
 
   void pack_inputs(const HeadStage& stage, const AllToAllExchange& inputs, const TensorView& q, const TensorView& k,
-                   const TensorView& v) {
-    pack_head_shards(q, kBshd, stage.query_heads_of, inputs, kQPart);
-    pack_head_shards(k, kBshd, stage.kv_heads_of, inputs, kKPart);
-    pack_head_shards(v, kBshd, stage.kv_heads_of, inputs, kVPart);
+                   const TensorView& v, Pieces pieces) {
+    pack_head_shards(q, kBshd, stage.query_heads_of, inputs, kQPart, pieces);
+    pack_head_shards(k, kBshd, stage.kv_heads_of, inputs, kKPart, pieces);
+    pack_head_shards(v, kBshd, stage.kv_heads_of, inputs, kVPart, pieces);
   }
-  void unpack_inputs(const HeadStage& stage, const AllToAllExchange& inputs) {
-    unpack_sequence_shards(inputs, kQPart, kBshd, stage.full_q);
-    unpack_sequence_shards(inputs, kKPart, kBshd, stage.full_k);
-    unpack_sequence_shards(inputs, kVPart, kBshd, stage.full_v);
+  void unpack_inputs(const HeadStage& stage, const AllToAllExchange& inputs, Pieces pieces) {
+    unpack_sequence_shards(inputs, kQPart, kBshd, stage.full_q, pieces);
+    unpack_sequence_shards(inputs, kKPart, kBshd, stage.full_k, pieces);
+    unpack_sequence_shards(inputs, kVPart, kBshd, stage.full_v, pieces);
   }
 
   AcrossGroups across;
