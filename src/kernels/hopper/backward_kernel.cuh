@@ -69,8 +69,9 @@ struct BackwardTraits {
   using QueryGrad = QueryGradBuffer<Element, kBlockM, kHeadDim, kBlockN>;
   static constexpr int kQueryGradWarpgroups = QueryGrad::kWarpgroups;
   static constexpr int kQueryGradThreads = 128 * kQueryGradWarpgroups;
-  // The dQ buffer's barriers join the dQ warpgroups and the writer warp.
-  static constexpr int kQueryGradBufferThreads = kQueryGradThreads + 32;
+  // Each dQ warpgroup's part of the dQ buffer has its barriers, which join it and the writer warp:
+  // a warpgroup waits only for its own part's add, not for the other warpgroup's stores.
+  static constexpr int kQueryGradPartThreads = 128 + 32;
 
   // S^T = K Q^T and dP^T = V dO^T: (M = keys, N = queries, K = head_dim), keys split between the
   // warpgroups.
@@ -103,8 +104,10 @@ struct BackwardTraits {
   using SmemScoreGradsTransposed =
       decltype(composition(SmemScoreGrads{}, make_layout(Shape<Int<kBlockN>, Int<kBlockM>, Int<kScoreGradBuffers>>{},
                                                          Stride<Int<kBlockM>, _1, Int<kBlockM * kBlockN>>{})));
-  // dQ of a step in fp32, as the TMA unit reads it to add into dq (query_grad_buffer.hpp).
+  // dQ of a step in fp32, as the TMA unit reads it to add into dq, a part per dQ warpgroup
+  // (query_grad_buffer.hpp).
   using SmemQueryGrad = typename QueryGrad::Smem;
+  using SmemQueryGradPart = typename QueryGrad::SmemPart;
 
   // Register-to-shared stores of dS^T and dQ: stmatrix.trans writes each warp's 8x8 blocks of
   // dS^T as rows of eight contiguous keys (four instructions per thread instead of 32 scalar
@@ -122,8 +125,8 @@ struct BackwardTraits {
                                          Shape<Int<kBlockM>, Int<kHeadDim>>{}, _1{}));
   using TmaKeys =
       decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, SmemKeys{}, Shape<Int<kBlockN>, Int<kHeadDim>>{}, _1{}));
-  using TmaQueryGradAdd = decltype(make_tma_copy(SM90_TMA_REDUCE_ADD{}, GmemAccumulator{}, SmemQueryGrad{},
-                                                 Shape<Int<kBlockM>, Int<kHeadDim>>{}, _1{}));
+  using TmaQueryGradAdd = decltype(make_tma_copy(SM90_TMA_REDUCE_ADD{}, GmemAccumulator{}, SmemQueryGradPart{},
+                                                 Shape<Int<kBlockM>, _64>{}, _1{}));
 
   static constexpr uint32_t kRowTileBytes = kBlockM * kHeadDim * sizeof(Element);
   static constexpr uint32_t kKeyTileBytes = kBlockN * kHeadDim * sizeof(Element);
@@ -165,9 +168,14 @@ struct RowTerms {
 /// Named barriers (ids past CUTLASS's reserved ones).
 enum class BackwardBarrier : uint32_t {
   score_grads_stored = 0,  // consumers: both warpgroups' dS of the step are in shared memory
-  query_grad_empty = 1,    // dQ writer -> dQ warpgroups: the add has read the dQ buffer out
-  query_grad_full = 2,     // dQ warpgroups -> dQ writer: the step's dQ is in the buffer
+  query_grad_empty = 1,    // dQ writer -> a dQ warpgroup: the add has read its part out (query_grad_barrier)
+  query_grad_full = 2,     // a dQ warpgroup -> dQ writer: its part of the step's dQ is in the buffer
 };
+
+/// The id of `barrier` (query_grad_empty or query_grad_full) for the dQ buffer's part `part`.
+__device__ inline uint32_t query_grad_barrier(BackwardBarrier barrier, int part) {
+  return uint32_t(barrier) + 2 * part;
+}
 
 /// The turn counters of the deterministic mode (BackwardProblem::dq_turns), waited on and moved
 /// on by the dQ writer's lane 0, which synchronizes with the others by the kernel's own barriers.
@@ -256,6 +264,15 @@ __device__ auto query_tiles_of(const Tma& tma, const BackwardProblem& problem, i
   return local_tile(m, Shape<Int<Traits::kBlockM>, Int<Traits::kHeadDim>>{}, make_coord(_, _0{}));
 }
 
+/// dq's tiles of a query head, in parts of 64 columns as the dQ buffer's: (rows, 64, tiles, parts).
+template <class Traits>
+__device__ auto query_grad_parts_of(const typename Traits::TmaQueryGradAdd& tma, const BackwardProblem& problem,
+                                    int head, int batch) {
+  Tensor m = tma.get_tma_tensor(make_shape(problem.rows, int32_t{Traits::kHeadDim}, problem.heads, problem.batch))(
+      _, _, head, batch);
+  return local_tile(m, Shape<Int<Traits::kBlockM>, _64>{}, make_coord(_, _));
+}
+
 // ---- producer: K and V once, then each step's Q, dO, lse and delta -----------------------------
 
 /// Warp 0 of the producer warpgroup. Lane 0 issues the TMA loads of K and V, and of each step's Q
@@ -330,45 +347,60 @@ __device__ void load_tiles(const BackwardParams<Traits>& params, const BackwardT
 
 // ---- dQ writer: each step's dQ from shared memory into dq ---------------------------------------
 
-/// Warp 1 of the producer warpgroup. Once the dQ warpgroups have stored a step's dQ, lane 0 adds
-/// it into dq with the TMA unit's reduce-add (several key tiles add to each row: one bulk
-/// operation per step, not scalar atomics) and hands the buffer back when the add has read it.
-/// In deterministic mode lane 0 first waits for the query tile's turn (QueryGradTurns): a CTA
-/// waits only for key tiles of lower index, whose CTAs started before it (the grid runs in index
-/// order) and never wait for it, so there is no cycle; it passes the turn on once its add is
-/// complete, its writes performed.
+/// Warp 1 of the producer warpgroup. As each dQ warpgroup stores its part of a step's dQ, lane 0
+/// adds that part into dq with the TMA unit's reduce-add (several key tiles add to each row: bulk
+/// operations, not scalar atomics) and hands each part back when its add has read it, the first
+/// part while the second's add still runs. In deterministic mode lane 0 first waits for the query
+/// tile's turn (QueryGradTurns): a CTA waits only for key tiles of lower index, whose CTAs started
+/// before it (the grid runs in index order) and never wait for it, so there is no cycle; it passes
+/// the turn on once both adds are complete, their writes performed.
 template <StepOrder kOrder, class Traits>
 __device__ void add_query_grads(const BackwardParams<Traits>& params, const BackwardTile& tile,
                                 typename Traits::SharedStorage& shared) {
   using cutlass::arch::NamedBarrier;
+  constexpr int kParts = Traits::kQueryGradWarpgroups;
+  constexpr int kPartThreads = Traits::kQueryGradPartThreads;
   const BackwardProblem& problem = params.problem;
   const bool issuing = threadIdx.x % 32 == 0;
-  constexpr int kBufferThreads = Traits::kQueryGradBufferThreads;
-  Tensor sdQ = make_tensor(make_smem_ptr(shared.query_grad), typename Traits::SmemQueryGrad{});
   const int query_tiles = (problem.rows + Traits::kBlockM - 1) / Traits::kBlockM;
   const auto& tma = params.tma_dq_add;
   auto cta = tma.get_slice(_0{});
+  const auto part_of_buffer = [&](int part) {
+    return make_tensor(make_smem_ptr(shared.query_grad + part * Traits::QueryGrad::kPartElements),
+                       typename Traits::SmemQueryGradPart{});
+  };
 
-  NamedBarrier::arrive(kBufferThreads, uint32_t(BackwardBarrier::query_grad_empty));  // the buffer starts free
+  CUTE_UNROLL
+  for (int part = 0; part < kParts; ++part) {  // the buffer starts free
+    NamedBarrier::arrive(kPartThreads, query_grad_barrier(BackwardBarrier::query_grad_empty, part));
+  }
   const int steps = tile.steps.count();
   QueryStep at = tile.steps.first<kOrder>();
   for (int step = 0; step < steps; ++step, tile.steps.advance<kOrder>(at)) {
-    NamedBarrier::sync(kBufferThreads, uint32_t(BackwardBarrier::query_grad_full));
     const int turn = (tile.batch * problem.heads + at.head) * query_tiles + at.m_block;
-    if (issuing) {
-      if (problem.dq_turns != nullptr) {
-        QueryGradTurnBarrier::wait_eq(problem.dq_turns, 0, turn,
-                                      key_tiles_before(problem, tile.tile_index, step_rows(problem, at)));
-        fence_generic_with_async_global();  // the add below comes after the previous tile's
-      }
-      copy(
-          tma, group_modes<0, 3>(cta.partition_S(sdQ)),
-          group_modes<0, 3>(cta.partition_D(query_tiles_of<Traits>(tma, problem, at.head, tile.batch)))(_, at.m_block));
-      tma_store_arrive();
-      tma_store_wait<0>();  // the buffer read out
+    if (issuing && problem.dq_turns != nullptr) {
+      QueryGradTurnBarrier::wait_eq(problem.dq_turns, 0, turn,
+                                    key_tiles_before(problem, tile.tile_index, step_rows(problem, at)));
+      fence_generic_with_async_global();  // the adds below come after the previous tile's
     }
-    __syncwarp();
-    if (step + 1 < steps) NamedBarrier::arrive(kBufferThreads, uint32_t(BackwardBarrier::query_grad_empty));
+    CUTE_UNROLL
+    for (int part = 0; part < kParts; ++part) {
+      NamedBarrier::sync(kPartThreads, query_grad_barrier(BackwardBarrier::query_grad_full, part));
+      if (issuing) {
+        Tensor g = query_grad_parts_of<Traits>(tma, problem, at.head, tile.batch);  // (M, 64, tiles, parts)
+        copy(tma, group_modes<0, 3>(cta.partition_S(part_of_buffer(part))),
+             group_modes<0, 3>(cta.partition_D(g))(_, at.m_block, part));
+        tma_store_arrive();
+      }
+    }
+    // Each part back as soon as its add has read it (the adds read in the order issued).
+    for_each(make_int_sequence<kParts>{}, [&](auto part) {
+      if (issuing) tma_store_wait<kParts - 1 - decltype(part)::value>();
+      __syncwarp();
+      if (step + 1 < steps) {
+        NamedBarrier::arrive(kPartThreads, query_grad_barrier(BackwardBarrier::query_grad_empty, part));
+      }
+    });
     if (issuing && problem.dq_turns != nullptr) {
       wait_bulk_operations_complete();
       fence_generic_with_async_global();
@@ -536,14 +568,14 @@ __device__ void consume(const BackwardParams<Traits>& params, const BackwardTile
       warpgroup_wait<1>();  // dV's and dQ's products are done, dK's may still run
       CUTE_UNROLL
       for (int i = 0; i < size(dQ); ++i) dQ(i) *= problem.scale;
-      // The writer's add of the previous step has read the buffer out.
-      constexpr int kBufferThreads = Traits::kQueryGradBufferThreads;
-      NamedBarrier::sync(kBufferThreads, uint32_t(BackwardBarrier::query_grad_empty));
+      // The writer's add of the previous step has read this warpgroup's part out.
+      constexpr int kPartThreads = Traits::kQueryGradPartThreads;
+      NamedBarrier::sync(kPartThreads, query_grad_barrier(BackwardBarrier::query_grad_empty, warpgroup));
       store_query_grad_pairs(thread_store_query_grad.retile_S(dQ), tQsdQ, query_grad_odd_row(thread));
-      // Every dQ thread's stores seen by the TMA unit before the writer adds them (rows past the
+      // The warpgroup's stores seen by the TMA unit before the writer adds them (rows past the
       // query count fall outside dq's TMA tensor and are not added).
       tma_store_fence();
-      NamedBarrier::arrive(kBufferThreads, uint32_t(BackwardBarrier::query_grad_full));
+      NamedBarrier::arrive(kPartThreads, query_grad_barrier(BackwardBarrier::query_grad_full, warpgroup));
     } else {
       issue_warpgroup_mma<false>(mma_key_grads, score_grads_operand, tKrQt(_, _, _, stage), dK);
     }
@@ -653,7 +685,7 @@ void launch_backward_tiles(const BackwardProblem& problem, cudaStream_t stream) 
   params.tma_dout = rows_copy(problem.dout, problem.dout_strides);
   params.tma_dq_add = make_tma_copy(
       SM90_TMA_REDUCE_ADD{}, rows_tensor(problem.dq, problem.rows, problem.heads, problem.batch, problem.dq_strides),
-      typename Traits::SmemQueryGrad{}, Shape<Int<Traits::kBlockM>, Int<kHeadDim>>{}, _1{});
+      typename Traits::SmemQueryGradPart{}, Shape<Int<Traits::kBlockM>, _64>{}, _1{});
   for (int index = 0; index < problem.num_segments; ++index) {
     const BackwardSegment& segment = problem.segments[index];
     const auto keys_copy = [&](const void* data, const int64_t(&strides)[3]) {

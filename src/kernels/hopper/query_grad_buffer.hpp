@@ -27,6 +27,12 @@ struct QueryGradBuffer {
   // swizzled (16-byte chunk c of row r at chunk c ^ (r % 8); CuTe applies it to the pointer).
   using Smem = decltype(cute::tile_to_shape(cute::GMMA::Layout_K_SW128_Atom<float>{},
                                             cute::Shape<cute::Int<kBlockM>, cute::Int<kHeadDim>>{}));
+  // One warpgroup's part of the buffer, its 64 columns: the first part is the buffer's first
+  // kPartElements floats (the swizzle atom spans 32 columns, and the atoms go down the rows before
+  // they go across), the second part the next kPartElements. Each is added into dq on its own.
+  using SmemPart = decltype(cute::tile_to_shape(cute::GMMA::Layout_K_SW128_Atom<float>{},
+                                                cute::Shape<cute::Int<kBlockM>, cute::_64>{}));
+  static constexpr int kPartElements = kBlockM * 64;
   // A thread's column pairs, one 64-bit store each: 32 fp32 per thread, flat (pair element, row
   // half, column block of 8), both accumulator and buffer partitioned alike.
   using Store = decltype(cute::make_tiled_copy_C(cute::Copy_Atom<cute::UniversalCopy<uint64_t>, float>{}, Mma{}));

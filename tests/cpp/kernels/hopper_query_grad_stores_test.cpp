@@ -3,6 +3,7 @@
 // goes in two halves of 16 lanes, and a half is one pass through the 32 banks only when its 16
 // pairs fall on distinct banks. Bank conflicts cost the kernel (ncu, 2026-11-28: twice the ideal
 // wavefronts, 8% of its warps' stall samples) but never its results, so only this test sees them.
+// And each warpgroup's part of the buffer, added into dq on its own, is that warpgroup's columns.
 
 #include <cutlass/numeric_types.h>
 #include <gtest/gtest.h>
@@ -98,6 +99,27 @@ TEST(HopperQueryGradStores, EveryElementOnceWithoutBankConflictsAtHeadDim128) {
 
 TEST(HopperQueryGradStores, EveryElementOnceWithoutBankConflictsAtHeadDim64) {
   expect_every_element_once_and_one_pass_per_half_warp<64>();
+}
+
+/// Each warpgroup's part of the buffer, which the TMA unit adds into dq on its own, holds that
+/// warpgroup's 64 columns at the same bytes as the whole buffer's layout, swizzle and all, from
+/// byte part * kPartElements * 4 on.
+template <int kHeadDim>
+void expect_parts_to_be_the_buffers_columns() {
+  using Buffer = QueryGradBuffer<cutlass::bfloat16_t, kRows, kHeadDim, kKeys>;
+  const typename Buffer::Smem whole{};
+  const typename Buffer::SmemPart part_layout{};
+  for (int part = 0; part < Buffer::kWarpgroups; ++part)
+    for (int row = 0; row < kRows; ++row)
+      for (int column = 0; column < 64; ++column)
+        ASSERT_EQ(part * Buffer::kPartElements * int{sizeof(float)} + swizzled_byte(part_layout, row, column),
+                  swizzled_byte(whole, row, 64 * part + column))
+            << "part " << part << ", row " << row << ", column " << column;
+}
+
+TEST(HopperQueryGradStores, EachWarpgroupsPartIsItsColumnsOfTheBuffer) {
+  expect_parts_to_be_the_buffers_columns<128>();
+  expect_parts_to_be_the_buffers_columns<64>();
 }
 
 }  // namespace
