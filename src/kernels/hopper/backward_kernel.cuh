@@ -383,11 +383,11 @@ __device__ void add_query_grads(const BackwardParams<Traits>& params, const Back
                                     key_tiles_before(problem, tile.tile_index, step_rows(problem, at)));
       fence_generic_with_async_global();  // the adds below come after the previous tile's
     }
+    Tensor g = query_grad_parts_of<Traits>(tma, problem, at.head, tile.batch);  // (M, 64, tiles, parts)
     CUTE_UNROLL
     for (int part = 0; part < kParts; ++part) {
       NamedBarrier::sync(kPartThreads, query_grad_barrier(BackwardBarrier::query_grad_full, part));
       if (issuing) {
-        Tensor g = query_grad_parts_of<Traits>(tma, problem, at.head, tile.batch);  // (M, 64, tiles, parts)
         copy(tma, group_modes<0, 3>(cta.partition_S(part_of_buffer(part))),
              group_modes<0, 3>(cta.partition_D(g))(_, at.m_block, part));
         tma_store_arrive();
