@@ -165,6 +165,23 @@ struct RowTerms {
   float delta = 0.0f;
 };
 
+/// The RowTerms of query row `row` of (batch, head); rows past the query count and rows that see
+/// no key (lse -inf) add nothing. delta is read beside lse and chosen by a select: in a branch on
+/// lse, its load would wait for lse's (two L2 round trips a row instead of one).
+__device__ inline RowTerms row_terms(const BackwardProblem& problem, int batch, int head, int64_t row) {
+  RowTerms terms;
+  if (row >= problem.rows) return terms;
+  const float lse =
+      problem.lse[batch * problem.lse_strides[0] + head * problem.lse_strides[1] + row * problem.lse_strides[2]];
+  const float delta =
+      problem
+          .delta[batch * problem.delta_strides[0] + head * problem.delta_strides[1] + row * problem.delta_strides[2]];
+  const bool sees_keys = lse != -INFINITY;
+  terms.lse_log2 = sees_keys ? lse * static_cast<float>(M_LOG2E) : INFINITY;
+  terms.delta = sees_keys ? delta : 0.0f;
+  return terms;
+}
+
 /// Named barriers (ids past CUTLASS's reserved ones).
 enum class BackwardBarrier : uint32_t {
   score_grads_stored = 0,  // consumers: both warpgroups' dS of the step are in shared memory
@@ -277,9 +294,9 @@ __device__ auto query_grad_parts_of(const typename Traits::TmaQueryGradAdd& tma,
 
 /// Warp 0 of the producer warpgroup. Lane 0 issues the TMA loads of K and V, and of each step's Q
 /// and dO into the step's stage once the consumers have released it; every lane reads lse and
-/// delta of two of the step's rows into the stage (not by TMA: their rows need not be 16-byte
-/// aligned) and arrives on the stage's barrier, which completes when all 32 have and the tiles'
-/// bytes have landed.
+/// delta of two of the step's rows (not by TMA: their rows need not be 16-byte aligned), stores
+/// them into the stage once it is released and arrives on the stage's barrier, which completes
+/// when all 32 have and the tiles' bytes have landed.
 template <StepOrder kOrder, class Traits>
 __device__ void load_tiles(const BackwardParams<Traits>& params, const BackwardTile& tile,
                            typename Traits::SharedStorage& shared) {
@@ -310,8 +327,18 @@ __device__ void load_tiles(const BackwardParams<Traits>& params, const BackwardT
   }
   const int steps = tile.steps.count();
   QueryStep at = tile.steps.first<kOrder>();
+  constexpr int kRowsPerLane = (kBlockM + 31) / 32;
   for (int step = 0; step < steps; ++step, tile.steps.advance<kOrder>(at)) {
     const int stage = step % Traits::kStages;
+    // The step's lse and delta read before waiting for its stage, every load at once: their
+    // latency passes while the consumers still work on the stage. Read after the wait, one row
+    // after another, they held the stage back (the consumers' wait for it was 5% of the kernel's
+    // stall samples with 64 rows a step, 13% with 80; bench/kernel-notes.md, 2026-12-06).
+    RowTerms terms[kRowsPerLane];
+    CUTE_UNROLL
+    for (int i = 0; i < kRowsPerLane; ++i)
+      if (lane + 32 * i < kBlockM)
+        terms[i] = row_terms(problem, tile.batch, at.head, int64_t{at.m_block} * kBlockM + lane + 32 * i);
     shared.rows_empty[stage].wait((step / Traits::kStages) % 2 ^ 1);  // passes at once on the first round
     if (issuing) {
       const auto load_rows = [&](const typename Traits::TmaRows& tma, auto& destination) {
@@ -326,20 +353,12 @@ __device__ void load_tiles(const BackwardParams<Traits>& params, const BackwardT
       load_rows(params.tma_dout, sdO);
     }
     CUTE_UNROLL
-    for (int row_in_tile = lane; row_in_tile < kBlockM; row_in_tile += 32) {
-      RowTerms terms;
-      const int64_t row = int64_t{at.m_block} * kBlockM + row_in_tile;
-      if (row < problem.rows) {
-        const float lse = problem.lse[tile.batch * problem.lse_strides[0] + at.head * problem.lse_strides[1] +
-                                      row * problem.lse_strides[2]];
-        if (lse != -INFINITY) {  // -inf: the row sees no key
-          terms.lse_log2 = lse * static_cast<float>(M_LOG2E);
-          terms.delta = problem.delta[tile.batch * problem.delta_strides[0] + at.head * problem.delta_strides[1] +
-                                      row * problem.delta_strides[2]];
-        }
+    for (int i = 0; i < kRowsPerLane; ++i) {
+      const int row_in_tile = lane + 32 * i;
+      if (row_in_tile < kBlockM) {
+        shared.lse_log2[stage][row_in_tile] = terms[i].lse_log2;
+        shared.delta[stage][row_in_tile] = terms[i].delta;
       }
-      shared.lse_log2[stage][row_in_tile] = terms.lse_log2;
-      shared.delta[stage][row_in_tile] = terms.delta;
     }
     shared.rows_full[stage].arrive();
   }
