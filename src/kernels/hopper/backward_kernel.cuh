@@ -272,22 +272,13 @@ __device__ inline uint64_t& barrier_word(cutlass::arch::ClusterTransactionBarrie
   return reinterpret_cast<cutlass::arch::ClusterTransactionBarrier::ValueType&>(barrier);
 }
 
-/// The query tiles (M, D, tiles) of query head `head` of `batch`, in the tensor of rows (q, dout or
-/// dq) that `tma` reads or adds into.
-template <class Traits, class Tma>
+/// The query tiles of query head `head` of `batch` in the tensor of rows (q, dout or dq) that `tma`
+/// reads or adds into, in parts of kColumns columns of head_dim: (M, kColumns, tiles, parts).
+template <class Traits, int kColumns, class Tma>
 __device__ auto query_tiles_of(const Tma& tma, const BackwardProblem& problem, int head, int batch) {
   Tensor m = tma.get_tma_tensor(make_shape(problem.rows, int32_t{Traits::kHeadDim}, problem.heads, problem.batch))(
       _, _, head, batch);
-  return local_tile(m, Shape<Int<Traits::kBlockM>, Int<Traits::kHeadDim>>{}, make_coord(_, _0{}));
-}
-
-/// dq's tiles of a query head, in parts of 64 columns as the dQ buffer's: (rows, 64, tiles, parts).
-template <class Traits>
-__device__ auto query_grad_parts_of(const typename Traits::TmaQueryGradAdd& tma, const BackwardProblem& problem,
-                                    int head, int batch) {
-  Tensor m = tma.get_tma_tensor(make_shape(problem.rows, int32_t{Traits::kHeadDim}, problem.heads, problem.batch))(
-      _, _, head, batch);
-  return local_tile(m, Shape<Int<Traits::kBlockM>, _64>{}, make_coord(_, _));
+  return local_tile(m, Shape<Int<Traits::kBlockM>, Int<kColumns>>{}, make_coord(_, _));
 }
 
 // ---- producer: K and V once, then each step's Q, dO, lse and delta -----------------------------
@@ -344,8 +335,8 @@ __device__ void load_tiles(const BackwardParams<Traits>& params, const BackwardT
       const auto load_rows = [&](const typename Traits::TmaRows& tma, auto& destination) {
         auto cta = tma.get_slice(_0{});
         copy(tma.with(barrier_word(shared.rows_full[stage]), 0),
-             group_modes<0, 3>(cta.partition_S(query_tiles_of<Traits>(tma, problem, at.head, tile.batch)))(_,
-                                                                                                           at.m_block),
+             group_modes<0, 3>(cta.partition_S(query_tiles_of<Traits, kHeadDim>(tma, problem, at.head, tile.batch)))(
+                 _, at.m_block, _0{}),
              group_modes<0, 3>(cta.partition_D(destination))(_, stage));
       };
       shared.rows_full[stage].expect_transaction(2 * Traits::kRowTileBytes);
@@ -402,7 +393,8 @@ __device__ void add_query_grads(const BackwardParams<Traits>& params, const Back
                                     key_tiles_before(problem, tile.tile_index, step_rows(problem, at)));
       fence_generic_with_async_global();  // the adds below come after the previous tile's
     }
-    Tensor g = query_grad_parts_of<Traits>(tma, problem, at.head, tile.batch);  // (M, 64, tiles, parts)
+    Tensor g = query_tiles_of<Traits, Traits::QueryGrad::kPartColumns>(tma, problem, at.head,
+                                                                       tile.batch);  // (M, 64, tiles, parts)
     CUTE_UNROLL
     for (int part = 0; part < kParts; ++part) {
       NamedBarrier::sync(kPartThreads, query_grad_barrier(BackwardBarrier::query_grad_full, part));

@@ -17,9 +17,10 @@ namespace spattn::cuda::hopper {
 template <class Element, int kBlockM, int kHeadDim, int kBlockN>
 struct QueryGradBuffer {
   // dQ = dS K runs on 64 columns of head_dim per warpgroup: both at D = 128, one at D = 64.
-  static constexpr int kWarpgroups = kHeadDim / 64;
-  // One warpgroup's part: (M = queries, N = 64 of head_dim, K = keys).
-  using Tile = cute::Shape<cute::Int<kBlockM>, cute::_64, cute::Int<kBlockN>>;
+  static constexpr int kPartColumns = 64;
+  static constexpr int kWarpgroups = kHeadDim / kPartColumns;
+  // One warpgroup's part: (M = queries, N = its columns of head_dim, K = keys).
+  using Tile = cute::Shape<cute::Int<kBlockM>, cute::Int<kPartColumns>, cute::Int<kBlockN>>;
   using Mma = decltype(cute::make_tiled_mma(
       cute::GMMA::ss_op_selector<Element, Element, float, Tile, cute::GMMA::Major::K, cute::GMMA::Major::MN>(),
       cute::Layout<cute::Shape<cute::_1, cute::Int<kWarpgroups>, cute::_1>>{}));
@@ -31,8 +32,8 @@ struct QueryGradBuffer {
   // kPartElements floats (the swizzle atom spans 32 columns, and the atoms go down the rows before
   // they go across), the second part the next kPartElements. Each is added into dq on its own.
   using SmemPart = decltype(cute::tile_to_shape(cute::GMMA::Layout_K_SW128_Atom<float>{},
-                                                cute::Shape<cute::Int<kBlockM>, cute::_64>{}));
-  static constexpr int kPartElements = kBlockM * 64;
+                                                cute::Shape<cute::Int<kBlockM>, cute::Int<kPartColumns>>{}));
+  static constexpr int kPartElements = kBlockM * kPartColumns;
   // A thread's column pairs, one 64-bit store each: 32 fp32 per thread, flat (pair element, row
   // half, column block of 8), both accumulator and buffer partitioned alike.
   using Store = decltype(cute::make_tiled_copy_C(cute::Copy_Atom<cute::UniversalCopy<uint64_t>, float>{}, Mma{}));
