@@ -135,11 +135,19 @@ class BlockKernels {
   }
 };
 
-/// The kernels of `device`, of `kernel`'s choice on CUDA (see CudaBlockKernels), with a
-/// deterministic backward when asked (AttentionOptions::deterministic; the CPU's always is);
-/// throws Error when spattn was built without that device's backend, or for a choice other than
-/// automatic on the CPU.
-std::unique_ptr<BlockKernels> make_block_kernels(const Device& device, KernelChoice kernel = KernelChoice::automatic,
+/// The q, k, v that a plan's block kernels are made for: on CUDA, under KernelChoice::automatic,
+/// they decide which kernel runs the backward (cuda::own_backward_runs).
+struct KernelInputs {
+  DType dtype = DType::bf16;
+  int64_t head_dim = 0;
+};
+
+/// The kernels of `device` for calls with `inputs`, of `kernel`'s choice on CUDA (see
+/// CudaBlockKernels), with a deterministic backward when asked (AttentionOptions::deterministic;
+/// the CPU's always is); throws Error when spattn was built without that device's backend, or for
+/// a choice other than automatic on the CPU.
+std::unique_ptr<BlockKernels> make_block_kernels(const Device& device, const KernelInputs& inputs,
+                                                 KernelChoice kernel = KernelChoice::automatic,
                                                  bool deterministic = false);
 
 /// The CPU implementation (multi-threaded with OpenMP, tile products through BLAS).

@@ -62,11 +62,12 @@ std::string block_kernels_unsupported(const Device& device, KernelChoice kernel,
   return reason;
 }
 
-std::unique_ptr<BlockKernels> make_block_kernels(const Device& device, KernelChoice kernel, bool deterministic) {
+std::unique_ptr<BlockKernels> make_block_kernels(const Device& device, [[maybe_unused]] const KernelInputs& inputs,
+                                                 KernelChoice kernel, bool deterministic) {
   const std::string reason = unsupported_whatever_the_call(device, kernel);
   SPATTN_CHECK(reason.empty(), reason);
 #ifdef SPATTN_WITH_CUDA
-  if (device.kind == DeviceKind::cuda) return cuda::make_cuda_block_kernels(device, kernel, deterministic);
+  if (device.kind == DeviceKind::cuda) return cuda::make_cuda_block_kernels(device, kernel, deterministic, inputs);
 #endif
   (void)deterministic;  // the CPU kernels add in a fixed order at any thread count
   return make_cpu_block_kernels();

@@ -24,6 +24,9 @@ AttentionShape checked_shape(const TensorView& q, const TensorView& k, const Att
   return shape;
 }
 
+// What the kernels are made for: q's dtype and head dim (checked with the other arguments after).
+KernelInputs kernel_inputs(const TensorView& q) { return {q.dtype, q.ndim == 4 ? q.size(3) : 0}; }
+
 // Where each document starts and how long it is: one block each (the whole sequence without
 // documents), whose global positions make the mask mean the same as in a plan.
 struct DocumentRange {
@@ -48,7 +51,7 @@ std::size_t fp32_bytes(int64_t batch, int64_t seq, int64_t heads, int64_t head_d
 
 void local_attention_forward(const TensorView& q, const TensorView& k, const TensorView& v, TensorView out,
                              TensorView lse, const AttentionOptions& options) {
-  auto kernels = make_block_kernels(q.device, options.kernel, options.deterministic);
+  auto kernels = make_block_kernels(q.device, kernel_inputs(q), options.kernel, options.deterministic);
   const AttentionShape shape = checked_shape(q, k, options, [&](const AttentionShape& implied) {
     return forward_arguments_error(implied, implied.seq, kernels->device(), q, k, v, out, lse);
   });
@@ -73,7 +76,7 @@ void local_attention_forward(const TensorView& q, const TensorView& k, const Ten
 void local_attention_backward(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                               const TensorView& lse, const TensorView& dout, TensorView dq, TensorView dk,
                               TensorView dv, const AttentionOptions& options) {
-  auto kernels = make_block_kernels(q.device, options.kernel, options.deterministic);
+  auto kernels = make_block_kernels(q.device, kernel_inputs(q), options.kernel, options.deterministic);
   const AttentionShape shape = checked_shape(q, k, options, [&](const AttentionShape& implied) {
     return backward_arguments_error(implied, implied.seq, kernels->device(), q, k, v, out, lse, dout, dq, dk, dv);
   });

@@ -12,7 +12,8 @@ StrategyBase::StrategyBase(Communicator& every_rank, std::vector<CallField> agre
       options(call_options),
       signature(std::move(agreed_signature)),
       sequence_layout(std::move(agreed_layout)),
-      kernels(make_block_kernels(every_rank.device(), call_options.kernel, call_options.deterministic)),
+      kernels(make_block_kernels(every_rank.device(), KernelInputs{call_shape.dtype, call_shape.head_dim},
+                                 call_options.kernel, call_options.deterministic)),
       mask(AttentionMask::from_options(call_options)),
       scale(resolved_scale(call_shape, call_options)) {}
 

@@ -33,7 +33,9 @@ BlockKernels& kernels_of(const KernelTarget& target) {
   // Never destroyed: at exit the CUDA runtime may be gone before a static's destructor would run.
   static auto* made = new std::map<std::string, std::unique_ptr<BlockKernels>>();
   std::unique_ptr<BlockKernels>& kernels = (*made)[target.name];
-  if (!kernels) kernels = make_block_kernels(target.device, target.choice);
+  // One object serves every case of a target: its inputs (which decide only automatic's backward
+  // on CUDA, no target's choice) are left at their defaults.
+  if (!kernels) kernels = make_block_kernels(target.device, KernelInputs{}, target.choice);
   return *kernels;
 }
 

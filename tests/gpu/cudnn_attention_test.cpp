@@ -88,7 +88,7 @@ class CudnnBlockKernels : public CudaKernelTest {
     if (IsSkipped()) return;
     // The cuDNN path by name: automatic would send forward blocks to the own kernel on sm_90.
     kernels_ = std::make_unique<cuda::CudaBlockKernels>(Device{DeviceKind::cuda, 0}, gpu_->stream(),
-                                                        KernelChoice::cudnn);
+                                                        KernelChoice::cudnn, /*deterministic=*/false, KernelInputs{});
   }
 
   /// Forward and backward of `c` on the GPU and the CPU, both compared with the fp64 reference.
@@ -279,7 +279,7 @@ TEST_F(CudnnBlockKernels, Fp32InputsAreRefusedClearly) {
 TEST_F(CudnnBlockKernels, MakeBlockKernelsGivesTheCudaKernels) {
   for (KernelChoice kernel : {KernelChoice::automatic, KernelChoice::own, KernelChoice::cudnn}) {
     SCOPED_TRACE("kernel " + kernel_choice_name(kernel));
-    const auto kernels = make_block_kernels(Device{DeviceKind::cuda, 0}, kernel);
+    const auto kernels = make_block_kernels(Device{DeviceKind::cuda, 0}, {DType::bf16, 128}, kernel);
     EXPECT_NE(dynamic_cast<cuda::CudaBlockKernels*>(kernels.get()), nullptr);
     EXPECT_EQ(kernels->device(), (Device{DeviceKind::cuda, 0}));
   }

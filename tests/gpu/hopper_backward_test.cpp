@@ -187,7 +187,8 @@ class HopperBackward : public CudaKernelTest {
   void SetUp() override {
     CudaKernelTest::SetUp();
     if (IsSkipped()) return;
-    cudnn_ = std::make_unique<cuda::CudaBlockKernels>(kGpu, gpu_->stream(), KernelChoice::cudnn);
+    cudnn_ = std::make_unique<cuda::CudaBlockKernels>(kGpu, gpu_->stream(), KernelChoice::cudnn,
+                                                      /*deterministic=*/false, KernelInputs{});
   }
 
   /// "" when the own backward runs (dtype, head_dim) here; else the reason, which must say something (the
@@ -455,7 +456,7 @@ TEST_F(HopperBackward, DeterministicKernelsGiveTheSameBitsEveryRun) {
        AttentionMask{300, 40}},
       many_segments};
   for (const KernelChoice kernel : {KernelChoice::own, KernelChoice::cudnn}) {
-    cuda::CudaBlockKernels kernels(kGpu, gpu_->stream(), kernel, /*deterministic=*/true);
+    cuda::CudaBlockKernels kernels(kGpu, gpu_->stream(), kernel, /*deterministic=*/true, KernelInputs{});
     for (const BlockCase& c : cases) {
       for (const int64_t head_dim : head_dims(DType::bf16)) {
         SCOPED_TRACE(kernel_choice_name(kernel) + ", " + c.name + ", head_dim " + std::to_string(head_dim));
@@ -480,6 +481,51 @@ TEST_F(HopperBackward, DeterministicKernelsGiveTheSameBitsEveryRun) {
       }
     }
   }
+}
+
+TEST_F(HopperBackward, AutomaticKernelsTakeItWhereItRunsTheBlock) {
+  // Under automatic the backward goes through the own kernel where it runs the calls' dtype and head dim (its
+  // gradients stay in fp32, where cuDNN's are rounded to the input dtype after each call), and a block it refuses
+  // goes to cuDNN.
+  const std::string reason = unsupported(DType::bf16, 64);
+  if (!reason.empty()) GTEST_SKIP() << reason;
+  EXPECT_TRUE(cuda::own_backward_runs(kGpu, KernelChoice::automatic, {DType::bf16, 64}));
+  EXPECT_FALSE(cuda::own_backward_runs(kGpu, KernelChoice::automatic, {DType::bf16, 96}));
+  EXPECT_TRUE(cuda::own_backward_runs(kGpu, KernelChoice::own, {DType::bf16, 96}));  // plans refuse it first
+  EXPECT_FALSE(cuda::own_backward_runs(kGpu, KernelChoice::cudnn, {DType::bf16, 64}));
+  EXPECT_FALSE(make_block_kernels(kGpu, {DType::bf16, 64})->backward_reads_output());
+  EXPECT_TRUE(make_block_kernels(kGpu, {DType::bf16, 96})->backward_reads_output());
+
+  // Deterministic, so that the cuDNN fallback below can be held to the bits of cuDNN's own kernels object.
+  cuda::CudaBlockKernels automatic(kGpu, gpu_->stream(), KernelChoice::automatic, /*deterministic=*/true,
+                                   {DType::bf16, 64});
+  cuda::CudaBlockKernels cudnn(kGpu, gpu_->stream(), KernelChoice::cudnn, /*deterministic=*/true, KernelInputs{});
+  const auto expect_same_gradients = [](const Gradients& expected, const Gradients& actual, const std::string& who) {
+    expect_identical(expected.dq, actual.dq, "dq, " + who);
+    expect_identical(expected.dk[0], actual.dk[0], "dk, " + who);
+    expect_identical(expected.dv[0], actual.dv[0], "dv, " + who);
+  };
+  // One query tile against one key tile: one CTA adds every gradient, the same bits every run.
+  const BlockCase c{"q 32 at 0 vs 32 at 0", 32, 0, {{32, 0}}, kNoMask};
+  const BackwardProblem problem = backward_problem(c, DType::bf16, 64, 0.125f);
+  const Gradients start = random_gradients(c, 64);
+  DeviceBackward own(*gpu_, problem, start, /*with_out=*/false), chosen(*gpu_, problem, start, /*with_out=*/false);
+  run_own(own.block);
+  automatic.backward(chosen.block);
+  expect_same_gradients(own.download(), chosen.download(), "automatic against the own kernel");
+
+  // dq one float past a 16-byte boundary (31 rows, inside its buffer): the own kernel refuses the block, cuDNN
+  // takes it (with out).
+  DeviceBackward refused(*gpu_, problem, start, /*with_out=*/true), by_cudnn(*gpu_, problem, start, /*with_out=*/true);
+  for (BackwardBlock* block : {&refused.block, &by_cudnn.block}) {
+    for (TensorView* rows : {&block->q, &block->dout, &block->out, &block->dq}) rows->shape[1] = 31;
+    for (TensorView* terms : {&block->lse, &block->delta}) terms->shape[2] = 31;
+    block->dq.data = static_cast<float*>(block->dq.data) + 1;
+  }
+  ASSERT_NE(cuda::hopper_backward_unsupported(refused.block), "");
+  automatic.backward(refused.block);
+  cudnn.backward(by_cudnn.block);
+  expect_same_gradients(by_cudnn.download(), refused.download(), "automatic against cuDNN on a block own refuses");
 }
 
 TEST_F(HopperBackward, BadBlocksAreRefusedWithTheReason) {

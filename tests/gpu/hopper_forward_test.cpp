@@ -82,7 +82,8 @@ class HopperForward : public CudaKernelTest {
   void SetUp() override {
     CudaKernelTest::SetUp();
     if (IsSkipped()) return;
-    cudnn_ = std::make_unique<cuda::CudaBlockKernels>(kGpu, gpu_->stream(), KernelChoice::cudnn);
+    cudnn_ = std::make_unique<cuda::CudaBlockKernels>(kGpu, gpu_->stream(), KernelChoice::cudnn,
+                                                      /*deterministic=*/false, KernelInputs{});
     tile_counter_ = std::make_unique<cuda::hopper::QueryTileCounter>(kGpu);
   }
 

@@ -1,7 +1,7 @@
-// Every strategy on GPUs at the rank count of this run, forward and backward, with the cuDNN
-// block kernels, over both device transports: NCCL (one GPU per rank) and MPI staged through the
-// host (any number of ranks per GPU, so that 3 or 8 ranks run on one or two GPUs). Each is held
-// to the 2x criterion against the fp64 reference, next to one GPU running the whole problem.
+// Every strategy on GPUs at the rank count of this run, forward and backward, with the automatic
+// block kernels (the own Hopper kernels on sm_90, cuDNN elsewhere), over both device transports: NCCL (one GPU per
+// rank) and MPI staged through the host (any number of ranks per GPU, so that 3 or 8 ranks run on one or two GPUs).
+// Each is held to the 2x criterion against the fp64 reference, next to one GPU running the whole problem.
 
 #include <gtest/gtest.h>
 

@@ -54,13 +54,33 @@ void check_segment(const KvSegment& segment, const TensorView& q, const Device& 
 
 }  // namespace
 
-CudaBlockKernels::CudaBlockKernels(const Device& device, KernelChoice kernel, bool deterministic)
-    : kernel_(kernel), elementwise_(device), attention_(device, elementwise_.stream()) {
+bool own_backward_runs(const Device& device, KernelChoice kernel, const KernelInputs& inputs) {
+  switch (kernel) {
+    case KernelChoice::own:
+      return true;
+    case KernelChoice::cudnn:
+      return false;
+    case KernelChoice::automatic:
+      return hopper_backward_unsupported(device, inputs.dtype, inputs.head_dim).empty();
+  }
+  return false;
+}
+
+CudaBlockKernels::CudaBlockKernels(const Device& device, KernelChoice kernel, bool deterministic,
+                                   const KernelInputs& inputs)
+    : kernel_(kernel),
+      own_backward_(own_backward_runs(device, kernel, inputs)),
+      elementwise_(device),
+      attention_(device, elementwise_.stream()) {
   set_up(deterministic);
 }
 
-CudaBlockKernels::CudaBlockKernels(const Device& device, cudaStream_t stream, KernelChoice kernel, bool deterministic)
-    : kernel_(kernel), elementwise_(device, stream), attention_(device, stream) {
+CudaBlockKernels::CudaBlockKernels(const Device& device, cudaStream_t stream, KernelChoice kernel, bool deterministic,
+                                   const KernelInputs& inputs)
+    : kernel_(kernel),
+      own_backward_(own_backward_runs(device, kernel, inputs)),
+      elementwise_(device, stream),
+      attention_(device, stream) {
   set_up(deterministic);
 }
 
@@ -69,8 +89,7 @@ void CudaBlockKernels::set_up(bool deterministic) {
   CurrentDeviceGuard guard(device.index);
   SPATTN_CUDA_CHECK(cudaEventCreateWithFlags(&stream_switch_, cudaEventDisableTiming));
   if (kernel_ != KernelChoice::cudnn) tile_counter_ = std::make_unique<hopper::QueryTileCounter>(device);
-  if (deterministic && kernel_ == KernelChoice::own)
-    query_grad_turns_ = std::make_unique<hopper::QueryGradTurns>(device);
+  if (deterministic && own_backward_) query_grad_turns_ = std::make_unique<hopper::QueryGradTurns>(device);
   attention_.set_deterministic_backward(deterministic);
 }
 
@@ -188,9 +207,13 @@ void CudaBlockKernels::backward(const BackwardBlock& block) {
     SPATTN_CHECK(segment.dk.dtype == DType::f32 && segment.dv.dtype == DType::f32,
                  "dk " << segment.dk.describe() << " and dv " << segment.dv.describe() << " must be fp32");
   }
-  if (kernel_ == KernelChoice::own) {
-    hopper_backward(block, stream(), query_grad_turns_.get());  // on the block's device, which it makes current
-    return;
+  if (own_backward_) {
+    const std::string own_unsupported = hopper_backward_unsupported(block);
+    if (own_unsupported.empty()) {
+      hopper_backward(block, stream(), query_grad_turns_.get());  // on the block's device, which it makes current
+      return;
+    }
+    SPATTN_CHECK(kernel_ == KernelChoice::automatic, "kernel own cannot run this block: " << own_unsupported);
   }
   SPATTN_CHECK(block.out.data != nullptr,
                "the cuDNN backward needs BackwardBlock::out, the final output of the attention: cuDNN recomputes "
@@ -279,8 +302,9 @@ void* CudaBlockKernels::allocate(std::size_t bytes) { return elementwise_.alloca
 
 void CudaBlockKernels::deallocate(void* pointer) { elementwise_.deallocate(pointer); }
 
-std::unique_ptr<BlockKernels> make_cuda_block_kernels(const Device& device, KernelChoice kernel, bool deterministic) {
-  return std::make_unique<CudaBlockKernels>(device, kernel, deterministic);
+std::unique_ptr<BlockKernels> make_cuda_block_kernels(const Device& device, KernelChoice kernel, bool deterministic,
+                                                      const KernelInputs& inputs) {
+  return std::make_unique<CudaBlockKernels>(device, kernel, deterministic, inputs);
 }
 
 }  // namespace spattn::cuda

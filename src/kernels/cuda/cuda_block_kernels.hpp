@@ -3,9 +3,9 @@
 // spattn's own Hopper kernel (hopper_forward, one launch per block that merges into the running
 // result itself) where it runs the block, or through cuDNN's fused attention (CudnnAttention, one
 // call per piece of every (query block, key segment) pair, merged by the element-wise kernels);
-// the backward through spattn's own Hopper kernel with KernelChoice::own (hopper_backward, one
-// launch per block, gradients added in fp32), through cuDNN otherwise. Takes bf16 or fp16 q, k, v
-// (neither has an fp32 path).
+// the backward likewise through spattn's own Hopper kernel (hopper_backward, one launch per block,
+// gradients added in fp32) or through cuDNN (each call's gradients in the input dtype, then
+// added). Takes bf16 or fp16 q, k, v (neither has an fp32 path).
 
 #include <cuda_runtime_api.h>
 
@@ -24,18 +24,19 @@ namespace spattn::cuda {
 
 class CudaBlockKernels final : public BlockKernels {
  public:
-  /// On `device` in a non-blocking stream of its own, forward blocks through `kernel`'s choice;
-  /// with `deterministic` the backward gives the same bits every run (see backward).
-  explicit CudaBlockKernels(const Device& device, KernelChoice kernel = KernelChoice::automatic,
-                            bool deterministic = false);
+  /// On `device` in a non-blocking stream of its own, blocks through `kernel`'s choice; with
+  /// `deterministic` the backward gives the same bits every run (see backward). `inputs`: the
+  /// dtype and head dim of the calls' q, k, v, which decide the backward under automatic
+  /// (own_backward_runs).
+  CudaBlockKernels(const Device& device, KernelChoice kernel, bool deterministic, const KernelInputs& inputs);
   /// On `device` in the caller's `stream` (see CudaElementwiseKernels).
-  CudaBlockKernels(const Device& device, cudaStream_t stream, KernelChoice kernel = KernelChoice::automatic,
-                   bool deterministic = false);
+  CudaBlockKernels(const Device& device, cudaStream_t stream, KernelChoice kernel, bool deterministic,
+                   const KernelInputs& inputs);
   ~CudaBlockKernels() override;
 
   Device device() const override { return elementwise_.device(); }
   /// cuDNN's backward recomputes delta from out; the own backward reads delta.
-  bool backward_reads_output() const override { return kernel_ != KernelChoice::own; }
+  bool backward_reads_output() const override { return !own_backward_; }
   cudaStream_t stream() const { return elementwise_.stream(); }
 
   /// With KernelChoice::cudnn, and with automatic where hopper_forward_unsupported(block) says
@@ -46,14 +47,14 @@ class CudaBlockKernels final : public BlockKernels {
   /// afterwards. Otherwise hopper_forward(block), which writes final_out in its epilogue, or with
   /// own an Error naming why it cannot run the block.
   void forward(const ForwardBlock& block) override;
-  /// With KernelChoice::own, hopper_backward(block): one launch, block.delta read, block.out not,
-  /// or an Error naming why it cannot run the block; deterministic: with the turn counters that
-  /// order its dQ adds. Otherwise through cuDNN (automatic too, until
-  /// the own backward reaches cuDNN's speed: bench/kernel-notes.md): for every segment, every
-  /// piece, cuDNN backward with the final lse (block.lse) and final output (block.out, required
-  /// here), gradients in the input dtype in workspaces, added into block.dq and the segment's dk,
-  /// dv. block.delta is not read there (cuDNN recomputes it from out); deterministic: cuDNN's
-  /// deterministic backward algorithm.
+  /// Where the own backward serves these kernels (own_backward_runs), hopper_backward(block): one
+  /// launch, block.delta read, block.out not; deterministic: with the turn counters that order its
+  /// dQ adds. A block it cannot run is an Error naming why with KernelChoice::own, and goes to
+  /// cuDNN under automatic (which then needs block.out). Otherwise through cuDNN: for every
+  /// segment, every piece, cuDNN backward with the final lse (block.lse) and final output
+  /// (block.out, required here), gradients in the input dtype in workspaces, added into block.dq
+  /// and the segment's dk, dv. block.delta is not read there (cuDNN recomputes it from out);
+  /// deterministic: cuDNN's deterministic backward algorithm.
   void backward(const BackwardBlock& block) override;
 
   void merge(const TensorView& partial_out, const TensorView& partial_lse, TensorView running_out,
@@ -98,6 +99,7 @@ class CudaBlockKernels final : public BlockKernels {
   std::pair<TensorView, TensorView> key_twice(const TensorView& k, const TensorView& v);
 
   const KernelChoice kernel_;
+  const bool own_backward_;  // own_backward_runs for the choice and inputs these kernels were made for
   CudaElementwiseKernels elementwise_;
   cudaEvent_t stream_switch_ = nullptr;  // orders a new stream after the previous one
   CudnnAttention attention_;
@@ -116,8 +118,16 @@ class CudaBlockKernels final : public BlockKernels {
   std::unique_ptr<hopper::QueryGradTurns> query_grad_turns_;
 };
 
-/// The CUDA kernels of `device` (Device{cuda, i}) of `kernel`'s choice, deterministic or not, on a
-/// stream of their own.
-std::unique_ptr<BlockKernels> make_cuda_block_kernels(const Device& device, KernelChoice kernel, bool deterministic);
+/// Whether the backward of calls with `inputs` goes through spattn's own Hopper kernel under
+/// `kernel` on `device`: always with own, never with cudnn, and under automatic where the own
+/// backward runs such calls (hopper_backward_unsupported): its gradients stay in fp32 where
+/// cuDNN's are rounded to the input dtype after every call, which fails the 2x single-rank
+/// criterion (bench/results/gpu-device-run-2026-12-06e.md), at 0.92-1.00x cuDNN's speed.
+bool own_backward_runs(const Device& device, KernelChoice kernel, const KernelInputs& inputs);
+
+/// The CUDA kernels of `device` (Device{cuda, i}) of `kernel`'s choice for calls with `inputs`,
+/// deterministic or not, on a stream of their own.
+std::unique_ptr<BlockKernels> make_cuda_block_kernels(const Device& device, KernelChoice kernel, bool deterministic,
+                                                      const KernelInputs& inputs);
 
 }  // namespace spattn::cuda

@@ -55,11 +55,11 @@ TEST(KernelChoiceRules, Fp32IsRefusedOnCudaAloneWithoutAskingAnyDevice) {
 }
 
 TEST(KernelChoiceRules, MakeBlockKernelsRefusesWhatTheRuleRefuses) {
-  EXPECT_EQ(make_block_kernels(Device::cpu(), KernelChoice::automatic)->device(), Device::cpu());
+  EXPECT_EQ(make_block_kernels(Device::cpu(), {DType::f32, 64}, KernelChoice::automatic)->device(), Device::cpu());
   for (KernelChoice kernel : {KernelChoice::own, KernelChoice::cudnn}) {
     SCOPED_TRACE(kernel_choice_name(kernel));
     try {
-      make_block_kernels(Device::cpu(), kernel);
+      make_block_kernels(Device::cpu(), {DType::f32, 64}, kernel);
       FAIL() << "accepted";
     } catch (const Error& error) {
       EXPECT_EQ(std::string(error.what()),
