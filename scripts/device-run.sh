@@ -26,8 +26,9 @@
 #                GQA 32/8, D 128, own kernels, forward and backward): timeline-ALGO.{csv,md,png}
 #   forward-sweep  the same without --backward (out and lse only), for each --kernel in
 #                SPATTN_SWEEP_KERNELS (default own cudnn): forward-sweep-KERNEL.log
-#   faults       StalledRankOnGpus and PlanMemoryOnGpus at one rank per GPU (SPATTN_FAULTS_FILTER, a
-#                gtest filter, narrows them), then, with two GPUs or more, `spattn run` over NCCL
+#   faults       StalledRankOnGpus and PlanMemoryOnGpus at one rank per GPU, kernel modules loaded
+#                eagerly as PlanMemoryOnGpus needs (SPATTN_FAULTS_FILTER, a gtest filter, narrows
+#                them), then, with two GPUs or more, `spattn run` over NCCL
 #                with a rank killed or stalled (SPATTN_FAULT) for SPATTN_PROGRAM_FAULTS (default
 #                zigzag ulysses hamilton) (faults.log)
 #   python-gpu   SPATTN_CUDA=ON pip install . and pytest tests/python_gpu under torchrun at 1 and
@@ -542,8 +543,9 @@ fi
 if ! wants faults; then
   :
 elif ((built)); then
-  timeout "$(seconds_left)" mpirun --oversubscribe -np "$gpus" "$build_dir/tests/gpu/spattn_gpu_distributed_tests" \
-    --gtest_color=no --gtest_filter="${SPATTN_FAULTS_FILTER:-*StalledRankOnGpus*:*PlanMemoryOnGpus*}" >"$logs/faults.log" 2>&1
+  CUDA_MODULE_LOADING=EAGER timeout "$(seconds_left)" mpirun --oversubscribe -np "$gpus" \
+    "$build_dir/tests/gpu/spattn_gpu_distributed_tests" --gtest_color=no \
+    --gtest_filter="${SPATTN_FAULTS_FILTER:-*StalledRankOnGpus*:*PlanMemoryOnGpus*}" >"$logs/faults.log" 2>&1
   status=$?
   counts="$(gtest_counts "$logs/faults.log")"
   # Then through the program over NCCL, as a user meets it: rank 1 killed or stalled for ever at
