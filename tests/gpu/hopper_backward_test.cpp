@@ -536,11 +536,13 @@ TEST_F(HopperBackward, BadBlocksAreRefusedWithTheReason) {
   const BackwardProblem problem = backward_problem(c, DType::bf16, 64, 0.125f);
   DeviceBackward good(*gpu_, problem, random_gradients(c, 64), /*with_out=*/false);
   ASSERT_EQ(cuda::hopper_backward_unsupported(good.block), "");
-  // The reason names the problem (one of `words`: the wording is the implementation's), and hopper_backward throws
-  // instead of launching. Every bad view below stays inside its buffer, should a launch happen anyway.
+  // The reason names the problem (one of `words`: the wording is the implementation's), try_hopper_backward returns
+  // it, and hopper_backward throws instead of launching. Every bad view below stays inside its buffer, should a launch
+  // happen anyway.
   const auto expect_refused = [&](const BackwardBlock& block, std::initializer_list<const char*> words) {
     const std::string why = cuda::hopper_backward_unsupported(block);
     EXPECT_TRUE(mentions_any(why, words)) << "expected '" << *words.begin() << "' or the like in: '" << why << "'";
+    EXPECT_EQ(cuda::try_hopper_backward(block, gpu_->stream(), nullptr), why);
     try {
       cuda::hopper_backward(block, gpu_->stream());
       ADD_FAILURE() << "a block the own backward cannot run was launched ('" << why << "')";

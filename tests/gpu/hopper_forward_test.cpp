@@ -410,6 +410,8 @@ TEST_F(HopperForward, BadBlocksAreRefusedWithTheReason) {
   const auto expect_refused = [&](ForwardBlock block, const std::string& words) {
     const std::string why = cuda::hopper_forward_unsupported(block);
     EXPECT_NE(why.find(words), std::string::npos) << "expected '" << words << "' in: '" << why << "'";
+    // Refused with the same reason when asked to launch.
+    EXPECT_EQ(cuda::try_hopper_forward(block, gpu_->stream(), tile_counter_.get()), why);
   };
   ForwardBlock block = good.block;
   block.q.strides = {block.q.stride(0), block.q.stride(1), 1, block.q.stride(2)};  // head_dim not contiguous

@@ -142,11 +142,9 @@ void CudaBlockKernels::forward(const ForwardBlock& block) {
   SPATTN_CHECK(block.out.dtype == DType::f32, "out " << block.out.describe() << " must be fp32");
   for (const KvSegment& segment : block.segments) check_segment(segment, block.q, device);
   if (kernel_ != KernelChoice::cudnn) {
-    const std::string own_unsupported = hopper_forward_unsupported(block);
-    if (own_unsupported.empty()) {
-      hopper_forward(block, stream(), tile_counter_.get());  // on the block's device, which it makes current
-      return;
-    }
+    // On the block's device, which it makes current.
+    const std::string own_unsupported = try_hopper_forward(block, stream(), tile_counter_.get());
+    if (own_unsupported.empty()) return;
     SPATTN_CHECK(kernel_ == KernelChoice::automatic, "kernel own cannot run this block: " << own_unsupported);
   }
   cudnn_forward(block);
@@ -208,11 +206,9 @@ void CudaBlockKernels::backward(const BackwardBlock& block) {
                  "dk " << segment.dk.describe() << " and dv " << segment.dv.describe() << " must be fp32");
   }
   if (own_backward_) {
-    const std::string own_unsupported = hopper_backward_unsupported(block);
-    if (own_unsupported.empty()) {
-      hopper_backward(block, stream(), query_grad_turns_.get());  // on the block's device, which it makes current
-      return;
-    }
+    // On the block's device, which it makes current.
+    const std::string own_unsupported = try_hopper_backward(block, stream(), query_grad_turns_.get());
+    if (own_unsupported.empty()) return;
     SPATTN_CHECK(kernel_ == KernelChoice::automatic, "kernel own cannot run this block: " << own_unsupported);
   }
   SPATTN_CHECK(block.out.data != nullptr,

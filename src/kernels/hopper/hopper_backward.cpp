@@ -116,14 +116,14 @@ std::string hopper_backward_unsupported(const Device& device, DType dtype, int64
 
 std::string hopper_backward_unsupported(const BackwardBlock& block) { return block_unsupported(block); }
 
-void hopper_backward(const BackwardBlock& block, cudaStream_t stream, hopper::QueryGradTurns* turns) {
-  const std::string reason = block_unsupported(block);
-  SPATTN_CHECK(reason.empty(), "the own Hopper backward cannot run this block: " << reason);
+std::string try_hopper_backward(const BackwardBlock& block, cudaStream_t stream, hopper::QueryGradTurns* turns) {
+  std::string reason = block_unsupported(block);
+  if (!reason.empty()) return reason;
   const TensorView& q = block.q;
   SPATTN_CHECK(turns == nullptr || turns->device() == q.device, "the own Hopper backward: its turn counters are on "
                                                                     << device_name(turns->device()) << ", the block on "
                                                                     << device_name(q.device));
-  if (q.numel() == 0) return;
+  if (q.numel() == 0) return reason;
   const Launcher launch = launcher_for(q.size(3), q.dtype);
   CurrentDeviceGuard guard(q.device.index);
   const int multiprocessors = hopper::gpu_facts(q.device.index).multiprocessors;
@@ -194,6 +194,12 @@ void hopper_backward(const BackwardBlock& block, cudaStream_t stream, hopper::Qu
     if (problem.num_segments == kMaxSegmentsPerLaunch) launch_segments();
   }
   launch_segments();
+  return reason;
+}
+
+void hopper_backward(const BackwardBlock& block, cudaStream_t stream, hopper::QueryGradTurns* turns) {
+  const std::string reason = try_hopper_backward(block, stream, turns);
+  SPATTN_CHECK(reason.empty(), "the own Hopper backward cannot run this block: " << reason);
 }
 
 std::string hopper_backward_description() {

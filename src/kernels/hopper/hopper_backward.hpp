@@ -35,6 +35,11 @@ std::string hopper_backward_unsupported(const BackwardBlock& block);
 /// Blocks of more segments than one launch takes run as several launches.
 void hopper_backward(const BackwardBlock& block, cudaStream_t stream, hopper::QueryGradTurns* turns = nullptr);
 
+/// hopper_backward where it runs `block`, returning ""; otherwise enqueues nothing and returns why
+/// not (hopper_backward_unsupported(block)): the block's tensors are checked once.
+[[nodiscard]] std::string try_hopper_backward(const BackwardBlock& block, cudaStream_t stream,
+                                              hopper::QueryGradTurns* turns);
+
 /// What the own backward supports in this build, in words (`spattn info`).
 std::string hopper_backward_description();
 

@@ -112,15 +112,16 @@ bool capturing(cudaStream_t stream) {
 
 }  // namespace
 
-void hopper_forward(const ForwardBlock& block, cudaStream_t stream, const hopper::QueryTileCounter* tile_counter) {
-  const std::string reason = block_unsupported(block);
-  SPATTN_CHECK(reason.empty(), "the own Hopper forward cannot run this block: " << reason);
+std::string try_hopper_forward(const ForwardBlock& block, cudaStream_t stream,
+                               const hopper::QueryTileCounter* tile_counter) {
+  std::string reason = block_unsupported(block);
+  if (!reason.empty()) return reason;
   const TensorView& q = block.q;
   SPATTN_CHECK(tile_counter == nullptr || tile_counter->device() == q.device,
                "the own Hopper forward's tile counter is on " << device_name(tile_counter->device())
                                                                << " but the block's tensors are on "
                                                                << device_name(q.device));
-  if (q.numel() == 0) return;
+  if (q.numel() == 0) return reason;
   const Launcher launch = launcher_for(q.size(3), q.dtype);
   CurrentDeviceGuard guard(q.device.index);
   const int multiprocessors = hopper::gpu_facts(q.device.index).multiprocessors;
@@ -173,6 +174,12 @@ void hopper_forward(const ForwardBlock& block, cudaStream_t stream, const hopper
   // launch, no accumulate) or where final_out must be.
   if (problem.num_segments > 0 || !(launched || block.accumulate) || problem.final_out != nullptr)
     launch(problem, multiprocessors, stream);
+  return reason;
+}
+
+void hopper_forward(const ForwardBlock& block, cudaStream_t stream, const hopper::QueryTileCounter* tile_counter) {
+  const std::string reason = try_hopper_forward(block, stream, tile_counter);
+  SPATTN_CHECK(reason.empty(), "the own Hopper forward cannot run this block: " << reason);
 }
 
 std::string hopper_forward_description() {

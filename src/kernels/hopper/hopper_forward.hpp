@@ -35,6 +35,12 @@ std::string hopper_forward_unsupported(const ForwardBlock& block);
 /// same bits).
 void hopper_forward(const ForwardBlock& block, cudaStream_t stream, const hopper::QueryTileCounter* tile_counter);
 
+/// hopper_forward where it runs `block`, returning ""; otherwise enqueues nothing and returns why
+/// not (hopper_forward_unsupported(block)): the block's tensors are checked once, not once to ask
+/// and again to launch.
+[[nodiscard]] std::string try_hopper_forward(const ForwardBlock& block, cudaStream_t stream,
+                                             const hopper::QueryTileCounter* tile_counter);
+
 /// What the own forward supports in this build, in words (`spattn info`).
 std::string hopper_forward_description();
 
