@@ -2,7 +2,7 @@
 // The own attention backward for sm_90a (FlashAttention-3's shape of warp roles; bench/kernel-notes.md
 // tracks its speed), fp32 throughout:
 // - one CTA per (key tile of 128 keys of a segment, kv head, batch), in the grid's order of
-//   backward_tile_order.hpp (backward_tile); it loops over every query tile (64 rows) of every query
+//   backward_tile_order.hpp (backward_tile); it loops over every query tile (80 rows) of every query
 //   head of the GQA group that sees a key of the tile (or of its part of the group, where a short
 //   launch splits the group: backward_head_parts.hpp), in backward_step_order.hpp's order;
 // - warpgroup 0 produces with two warps: one loads K and V once, then each step's Q, dO (TMA),
@@ -15,7 +15,8 @@
 //   products): S^T = K Q^T and dP^T = V dO^T by wgmma, P^T = exp(scale S^T - lse),
 //   dS^T = P^T (dP^T - delta) in fp32; dV += P^T dO and dK += dS^T Q by wgmma with P^T and dS^T
 //   from registers, dK and dV staying in fp32 registers over the whole loop; dS through shared
-//   memory (stmatrix) for dQ = dS K, whose fp32 result goes to the dQ writer through shared memory;
+//   memory (stmatrix) for dQ^T = K^T dS^T, whose fp32 result goes to the dQ writer through shared
+//   memory;
 // - at the end dK and dV are added into the segment's fp32 dk and dv, once per key (this CTA owns
 //   its keys of its kv head: the GQA group's heads are summed in its registers), or by atomics
 //   where the group is split, once per part.
@@ -84,11 +85,11 @@ struct BackwardTraits {
   using MmaKeyGrads = decltype(make_tiled_mma(
       GMMA::rs_op_selector<Element, Element, float, TileKeyGrads, GMMA::Major::K, GMMA::Major::MN>(),
       WarpgroupsAlongM{}));
-  using MmaQueryGrad = typename QueryGrad::Mma;  // dQ = dS K (query_grad_buffer.hpp)
+  using MmaQueryGrad = typename QueryGrad::Mma;  // dQ^T = K^T dS^T (query_grad_buffer.hpp)
 
   // K and V as loaded: rows of head_dim contiguous, 128-byte swizzled (K-major for S^T and dP^T).
   using SmemKeys = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Element>{}, Shape<Int<kBlockN>, Int<kHeadDim>>{}));
-  // The same bytes of K read as (head_dim, keys): the MN-major B operand of dQ = dS K.
+  // The same bytes of K read as (head_dim, keys): the MN-major A operand of dQ^T = K^T dS^T.
   using SmemKeysTransposed =
       decltype(composition(SmemKeys{}, make_layout(Shape<Int<kHeadDim>, Int<kBlockN>>{}, Stride<Int<kBlockN>, _1>{})));
   // Q and dO as loaded, per stage, and read as (head_dim, rows) for dK += dS^T Q and dV += P^T dO.
@@ -97,7 +98,7 @@ struct BackwardTraits {
   using SmemRowsTransposed =
       decltype(composition(SmemRows{}, make_layout(Shape<Int<kHeadDim>, Int<kBlockM>, Int<kStages>>{},
                                                    Stride<Int<kBlockM>, _1, Int<kBlockM * kHeadDim>>{})));
-  // dS as (rows, keys, buffers), keys contiguous: the K-major A operand of dQ = dS K.
+  // dS as (rows, keys, buffers), keys contiguous: the K-major B operand of dQ^T = K^T dS^T.
   using SmemScoreGrads = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Element>{},
                                                 Shape<Int<kBlockM>, Int<kBlockN>, Int<kScoreGradBuffers>>{}));
   // The same bytes as (keys, rows, buffers), the shape of the dS^T accumulator that stores them.
@@ -108,12 +109,11 @@ struct BackwardTraits {
   // (query_grad_buffer.hpp).
   using SmemQueryGrad = typename QueryGrad::Smem;
   using SmemQueryGradPart = typename QueryGrad::SmemPart;
+  using SmemQueryGradTransposed = typename QueryGrad::SmemTransposed;
 
-  // Register-to-shared stores of dS^T and dQ: stmatrix.trans writes each warp's 8x8 blocks of
-  // dS^T as rows of eight contiguous keys (four instructions per thread instead of 32 scalar
-  // stores); dQ's fp32 column pairs go as 64-bit stores (store_query_grad_pairs).
+  // Register-to-shared stores of dS^T: stmatrix.trans writes each warp's 8x8 blocks of dS^T as
+  // rows of eight contiguous keys (four instructions per thread instead of 32 scalar stores).
   using StoreScoreGrads = decltype(make_tiled_copy_C(Copy_Atom<SM90_U16x8_STSM_T, Element>{}, MmaScores{}));
-  using StoreQueryGrad = typename QueryGrad::Store;
 
   using GmemShape = Shape<int32_t, int32_t, int32_t, int32_t>;  // (tokens, D, heads, B)
   using GmemStrides = Stride<int64_t, _1, int64_t, int64_t>;    // head_dim contiguous
@@ -422,31 +422,9 @@ __device__ void add_query_grads(const BackwardParams<Traits>& params, const Back
 
 // ---- consumers: the products and the softmax's gradient -----------------------------------------
 
-/// This thread's dQ (one warpgroup's 64 columns of head_dim) into the dQ buffer, a column pair per
-/// 64-bit store, in query_grad_stored_block's order (no bank conflicts).
-template <class Pairs, class Buffer>
-__device__ void store_query_grad_pairs(const Pairs& dQ_pairs,  // 32 fp32 (flat: pair, row half, column block)
-                                       Buffer& to,             // the same 32 places in the dQ buffer
-                                       bool odd_row) {
-  static_assert(decltype(size(dQ_pairs))::value == 32 && decltype(size(to))::value == 32,
-                "a warpgroup's dQ fragment of 64 columns: two row halves of 8 column blocks of pairs");
-  CUTE_UNROLL
-  for (int half = 0; half < 2; ++half) {
-    CUTE_UNROLL
-    for (int block = 0; block < 8; ++block) {
-      // Flat indices of the pairs' first elements; the selects pick registers and addresses, so
-      // that no register is indexed at run time.
-      const int here = 2 * half + 4 * block, over = 2 * half + 4 * query_grad_stored_block(block, true);
-      const float2 pair =
-          odd_row ? make_float2(dQ_pairs(over), dQ_pairs(over + 1)) : make_float2(dQ_pairs(here), dQ_pairs(here + 1));
-      *reinterpret_cast<float2*>(odd_row ? &to(over) : &to(here)) = pair;
-    }
-  }
-}
-
 /// The two consumer warpgroups, 64 keys each. Per step: S^T and dP^T, P^T and dS^T in fp32, dV and
 /// dK accumulated in registers, dS^T through shared memory (one of two buffers, alternating, so
-/// that one barrier per step orders its writes and reads), dQ = dS K into the dQ buffer; at the
+/// that one barrier per step orders its writes and reads), dQ^T = K^T dS^T into the dQ buffer; at the
 /// end dK and dV into the segment's fp32 accumulators.
 template <StepOrder kOrder, class Traits>
 __device__ void consume(const BackwardParams<Traits>& params, const BackwardTile& tile,
@@ -468,14 +446,14 @@ __device__ void consume(const BackwardParams<Traits>& params, const BackwardTile
   Tensor sQt = make_tensor(make_smem_ptr(shared.q), typename Traits::SmemRowsTransposed{});
   Tensor sdOt = make_tensor(make_smem_ptr(shared.dout), typename Traits::SmemRowsTransposed{});
   Tensor sdS = make_tensor(make_smem_ptr(shared.score_grads), typename Traits::SmemScoreGrads{});
-  Tensor sdQ = make_tensor(make_smem_ptr(shared.query_grad), typename Traits::SmemQueryGrad{});
   // The stores' views of dS and dQ: the swizzle applied to element offsets from the storage's
   // shared-memory address (both 1024-byte aligned), not to the generic 64-bit pointer as CuTe's
   // swizzled pointers do. The compiler then knows them for shared memory and holds 32-bit
   // addresses: with generic ones ptxas spilled 640 bytes a thread, its largest stall in b2a.
   Tensor sdSt_stores = as_position_independent_swizzle_tensor(
       make_tensor(make_smem_ptr(shared.score_grads), typename Traits::SmemScoreGradsTransposed{}));
-  Tensor sdQ_stores = as_position_independent_swizzle_tensor(sdQ);
+  Tensor sdQt_stores = as_position_independent_swizzle_tensor(
+      make_tensor(make_smem_ptr(shared.query_grad), typename Traits::SmemQueryGradTransposed{}));
 
   typename Traits::MmaScores mma_scores;
   typename Traits::MmaKeyGrads mma_key_grads;
@@ -490,14 +468,12 @@ __device__ void consume(const BackwardParams<Traits>& params, const BackwardTile
   Tensor tSrdO = thread_scores.partition_fragment_B(sdO);
   Tensor tKrQt = thread_key_grads.partition_fragment_B(sQt);  // (MMA, MMA_N, MMA_K, stages)
   Tensor tKrdOt = thread_key_grads.partition_fragment_B(sdOt);
-  Tensor tQrdS = thread_query_grad.partition_fragment_A(sdS);  // (MMA, MMA_M, MMA_K, buffers)
-  Tensor tQrKt = thread_query_grad.partition_fragment_B(sKt);  // (MMA, MMA_N, MMA_K)
+  Tensor tQrKt = thread_query_grad.partition_fragment_A(sKt);  // (MMA, MMA_M, MMA_K)
+  Tensor tQrdS = thread_query_grad.partition_fragment_B(sdS);  // (MMA, MMA_N, MMA_K, buffers)
   typename Traits::StoreScoreGrads store_score_grads;
-  typename Traits::StoreQueryGrad store_query_grad;
   auto thread_store_score_grads = store_score_grads.get_thread_slice(thread);
-  auto thread_store_query_grad = store_query_grad.get_thread_slice(thread % Traits::kQueryGradThreads);
   Tensor tSsdSt = thread_store_score_grads.partition_D(sdSt_stores);  // (CPY, CPY_M, CPY_N, buffers)
-  Tensor tQsdQ = thread_store_query_grad.partition_D(sdQ_stores);     // (CPY, CPY_M, CPY_N) fp32
+  Tensor tQsdQt = thread_query_grad.partition_C(sdQt_stores);         // (MMA, MMA_M, MMA_N) fp32
   // (key, row) of each score this thread holds; (key, d) of each dK, dV element
   Tensor score_coordinates = thread_scores.partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kBlockM>>{}));
   Tensor key_grad_coordinates =
@@ -573,16 +549,18 @@ __device__ void consume(const BackwardParams<Traits>& params, const BackwardTile
     // dQ's product goes before dK's, so that dQ's scaling and stores run while dK's product keeps
     // the tensor cores busy (with dK first they would stand idle through them).
     if (warpgroup < Traits::kQueryGradWarpgroups) {
-      Tensor dQ = partition_fragment_C(mma_query_grad, Shape<Int<kBlockM>, Int<kHeadDim>>{});
-      issue_warpgroup_mma<true>(mma_query_grad, tQrdS(_, _, _, buffer), tQrKt, dQ);
+      Tensor dQt = partition_fragment_C(mma_query_grad, Shape<Int<kHeadDim>, Int<kBlockM>>{});
+      issue_warpgroup_mma<true>(mma_query_grad, tQrKt, tQrdS(_, _, _, buffer), dQt);
       issue_warpgroup_mma<false>(mma_key_grads, score_grads_operand, tKrQt(_, _, _, stage), dK);
       warpgroup_wait<1>();  // dV's and dQ's products are done, dK's may still run
       CUTE_UNROLL
-      for (int i = 0; i < size(dQ); ++i) dQ(i) *= problem.scale;
+      for (int i = 0; i < size(dQt); ++i) dQt(i) *= problem.scale;
       // The writer's add of the previous step has read this warpgroup's part out.
       constexpr int kPartThreads = Traits::kQueryGradPartThreads;
       NamedBarrier::sync(kPartThreads, query_grad_barrier(BackwardBarrier::query_grad_empty, warpgroup));
-      store_query_grad_pairs(thread_store_query_grad.retile_S(dQ), tQsdQ, query_grad_odd_row(thread));
+      // One 32-bit store per element: a warp's lanes hold 8 columns (of head_dim) of 4 rows
+      // two apart, which the 128-byte swizzle spreads over all 32 banks.
+      copy(dQt, tQsdQt);
       // The warpgroup's stores seen by the TMA unit before the writer adds them (rows past the
       // query count fall outside dq's TMA tensor and are not added).
       tma_store_fence();

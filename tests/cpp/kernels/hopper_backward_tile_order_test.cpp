@@ -137,7 +137,7 @@ TEST(HopperBackwardTileOrder, ACausalLaunchEndsEvenlyInAModelOfTheDispatch) {
   for (const int64_t tokens : {4096, 8192, 16384}) {
     SCOPED_TRACE(::testing::Message() << tokens << " tokens, causal, GQA 32/8");
     const double key_tile_fastest = causal_idle_share(tokens, 1), banded = causal_idle_share(tokens, 0);
-    EXPECT_LT(banded, 0.01);
+    EXPECT_LT(banded, 0.012);  // 80-row tiles: 1.1% at 4k
     EXPECT_LE(banded, key_tile_fastest);
     if (tokens <= 8192) {
       EXPECT_GT(key_tile_fastest, 0.08);  // what the bands are for
