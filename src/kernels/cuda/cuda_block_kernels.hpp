@@ -122,8 +122,8 @@ class CudaBlockKernels final : public BlockKernels {
 /// `kernel` on `device`: always with own, never with cudnn, and under automatic where the own
 /// backward runs such calls (hopper_backward_unsupported): its gradients stay in fp32 where
 /// cuDNN's are rounded to the input dtype after every call, which fails the 2x single-rank
-/// criterion (bench/results/gpu-device-run-2026-12-06e.md), at 1.00-1.05x cuDNN's speed (H100,
-/// D 128: bench/results/gpu-device-run-2026-12-06f.md).
+/// criterion (bench/results/gpu-device-run-2026-12-06e.md), at 1.02-1.08x cuDNN's speed (H200,
+/// D 128, 80 rows a step: bench/results/gpu-device-run-2026-12-06g.md).
 bool own_backward_runs(const Device& device, KernelChoice kernel, const KernelInputs& inputs);
 
 /// The CUDA kernels of `device` (Device{cuda, i}) of `kernel`'s choice for calls with `inputs`,
