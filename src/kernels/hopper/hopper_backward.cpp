@@ -117,13 +117,13 @@ std::string hopper_backward_unsupported(const Device& device, DType dtype, int64
 std::string hopper_backward_unsupported(const BackwardBlock& block) { return block_unsupported(block); }
 
 std::string try_hopper_backward(const BackwardBlock& block, cudaStream_t stream, hopper::QueryGradTurns* turns) {
-  std::string reason = block_unsupported(block);
+  const std::string reason = block_unsupported(block);
   if (!reason.empty()) return reason;
   const TensorView& q = block.q;
   SPATTN_CHECK(turns == nullptr || turns->device() == q.device, "the own Hopper backward: its turn counters are on "
                                                                     << device_name(turns->device()) << ", the block on "
                                                                     << device_name(q.device));
-  if (q.numel() == 0) return reason;
+  if (q.numel() == 0) return "";
   const Launcher launch = launcher_for(q.size(3), q.dtype);
   CurrentDeviceGuard guard(q.device.index);
   const int multiprocessors = hopper::gpu_facts(q.device.index).multiprocessors;
@@ -194,7 +194,7 @@ std::string try_hopper_backward(const BackwardBlock& block, cudaStream_t stream,
     if (problem.num_segments == kMaxSegmentsPerLaunch) launch_segments();
   }
   launch_segments();
-  return reason;
+  return "";  // launched
 }
 
 void hopper_backward(const BackwardBlock& block, cudaStream_t stream, hopper::QueryGradTurns* turns) {

@@ -114,14 +114,14 @@ bool capturing(cudaStream_t stream) {
 
 std::string try_hopper_forward(const ForwardBlock& block, cudaStream_t stream,
                                const hopper::QueryTileCounter* tile_counter) {
-  std::string reason = block_unsupported(block);
+  const std::string reason = block_unsupported(block);
   if (!reason.empty()) return reason;
   const TensorView& q = block.q;
   SPATTN_CHECK(tile_counter == nullptr || tile_counter->device() == q.device,
                "the own Hopper forward's tile counter is on " << device_name(tile_counter->device())
                                                                << " but the block's tensors are on "
                                                                << device_name(q.device));
-  if (q.numel() == 0) return reason;
+  if (q.numel() == 0) return "";
   const Launcher launch = launcher_for(q.size(3), q.dtype);
   CurrentDeviceGuard guard(q.device.index);
   const int multiprocessors = hopper::gpu_facts(q.device.index).multiprocessors;
@@ -174,7 +174,7 @@ std::string try_hopper_forward(const ForwardBlock& block, cudaStream_t stream,
   // launch, no accumulate) or where final_out must be.
   if (problem.num_segments > 0 || !(launched || block.accumulate) || problem.final_out != nullptr)
     launch(problem, multiprocessors, stream);
-  return reason;
+  return "";  // launched
 }
 
 void hopper_forward(const ForwardBlock& block, cudaStream_t stream, const hopper::QueryTileCounter* tile_counter) {
