@@ -5,7 +5,6 @@
 // Host-compilable, so that the CPU tests check the stores' banks
 // (tests/cpp/kernels/hopper_query_grad_stores_test.cpp).
 
-#include <cstdint>
 #include <cute/tensor.hpp>
 // The atoms after cute/tensor.hpp, which they need.
 #include <cute/atom/mma_atom.hpp>
