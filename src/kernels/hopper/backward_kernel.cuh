@@ -43,6 +43,7 @@
 #include "kernels/hopper/query_grad_buffer.hpp"
 #include "kernels/hopper/register_split.hpp"
 #include "kernels/hopper/shared_storage.cuh"
+#include "kernels/hopper/transposed_layout.hpp"
 #include "kernels/hopper/warpgroup_mma.cuh"
 
 namespace spattn::cuda::hopper {
@@ -90,21 +91,16 @@ struct BackwardTraits {
   // K and V as loaded: rows of head_dim contiguous, 128-byte swizzled (K-major for S^T and dP^T).
   using SmemKeys = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Element>{}, Shape<Int<kBlockN>, Int<kHeadDim>>{}));
   // The same bytes of K read as (head_dim, keys): the MN-major A operand of dQ^T = K^T dS^T.
-  using SmemKeysTransposed =
-      decltype(composition(SmemKeys{}, make_layout(Shape<Int<kHeadDim>, Int<kBlockN>>{}, Stride<Int<kBlockN>, _1>{})));
+  using SmemKeysTransposed = Transposed<SmemKeys>;
   // Q and dO as loaded, per stage, and read as (head_dim, rows) for dK += dS^T Q and dV += P^T dO.
   using SmemRows =
       decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Element>{}, Shape<Int<kBlockM>, Int<kHeadDim>, Int<kStages>>{}));
-  using SmemRowsTransposed =
-      decltype(composition(SmemRows{}, make_layout(Shape<Int<kHeadDim>, Int<kBlockM>, Int<kStages>>{},
-                                                   Stride<Int<kBlockM>, _1, Int<kBlockM * kHeadDim>>{})));
+  using SmemRowsTransposed = Transposed<SmemRows>;
   // dS as (rows, keys, buffers), keys contiguous: the K-major B operand of dQ^T = K^T dS^T.
   using SmemScoreGrads = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Element>{},
                                                 Shape<Int<kBlockM>, Int<kBlockN>, Int<kScoreGradBuffers>>{}));
   // The same bytes as (keys, rows, buffers), the shape of the dS^T accumulator that stores them.
-  using SmemScoreGradsTransposed =
-      decltype(composition(SmemScoreGrads{}, make_layout(Shape<Int<kBlockN>, Int<kBlockM>, Int<kScoreGradBuffers>>{},
-                                                         Stride<Int<kBlockM>, _1, Int<kBlockM * kBlockN>>{})));
+  using SmemScoreGradsTransposed = Transposed<SmemScoreGrads>;
   // dQ of a step in fp32, as the TMA unit reads it to add into dq, a part per dQ warpgroup
   // (query_grad_buffer.hpp).
   using SmemQueryGrad = typename QueryGrad::Smem;

@@ -10,6 +10,8 @@
 #include <cute/atom/mma_atom.hpp>
 #include <cute/atom/mma_traits_sm90_gmma.hpp>
 
+#include "kernels/hopper/transposed_layout.hpp"
+
 namespace spattn::cuda::hopper {
 
 /// The types of dQ's product and buffer for kBlockM query rows, kHeadDim columns and kBlockN keys.
@@ -35,9 +37,7 @@ struct QueryGradBuffer {
                                                 cute::Shape<cute::Int<kBlockM>, cute::Int<kPartColumns>>{}));
   static constexpr int kPartElements = kBlockM * kPartColumns;
   // The buffer's bytes as (head_dim, rows), the shape of dQ^T's accumulator that stores them.
-  using SmemTransposed =
-      decltype(cute::composition(Smem{}, cute::make_layout(cute::Shape<cute::Int<kHeadDim>, cute::Int<kBlockM>>{},
-                                                           cute::Stride<cute::Int<kBlockM>, cute::_1>{})));
+  using SmemTransposed = Transposed<Smem>;
 };
 
 }  // namespace spattn::cuda::hopper
