@@ -15,6 +15,7 @@
 
 #include "kernels/hopper/backward_tiles.hpp"
 #include "kernels/hopper/query_grad_buffer.hpp"
+#include "swizzled_byte.hpp"
 
 namespace spattn::cuda::hopper {
 namespace {
@@ -22,13 +23,6 @@ namespace {
 using namespace cute;
 
 constexpr int kRows = kBackwardQueryTile, kKeys = kBackwardKeyTile;
-
-/// The byte address in the (1024-byte aligned) buffer of (row, column): the layout's offset, then
-/// its swizzle, which CuTe applies to the shared-memory pointer's bytes rather than to the offset.
-template <class Layout>
-int swizzled_byte(const Layout& layout, int row, int column) {
-  return static_cast<int>(layout.layout_a()(static_cast<int>(layout.layout_b()(row, column)) * int{sizeof(float)}));
-}
 
 struct StoreCensus {
   int passes = 0;                        // bank passes over every store instruction of every warp
@@ -54,7 +48,7 @@ StoreCensus census() {
         const int column = get<0>(coordinates(element)), row = get<1>(coordinates(element));
         result.stored.insert({row, column});
         ++result.stores;
-        const int word = swizzled_byte(layout, row, column) / 4;
+        const int word = swizzled_byte<float>(layout, row, column) / 4;
         words_of_bank[element][word % 32].insert(word);  // a bank serves one word per pass
       }
     }
@@ -95,8 +89,8 @@ void expect_parts_to_be_the_buffers_columns() {
   for (int part = 0; part < Buffer::kWarpgroups; ++part)
     for (int row = 0; row < kRows; ++row)
       for (int column = 0; column < 64; ++column)
-        ASSERT_EQ(part * Buffer::kPartElements * int{sizeof(float)} + swizzled_byte(part_layout, row, column),
-                  swizzled_byte(whole, row, 64 * part + column))
+        ASSERT_EQ(part * Buffer::kPartElements * int{sizeof(float)} + swizzled_byte<float>(part_layout, row, column),
+                  swizzled_byte<float>(whole, row, 64 * part + column))
             << "part " << part << ", row " << row << ", column " << column;
 }
 
