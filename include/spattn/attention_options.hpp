@@ -77,8 +77,8 @@ struct AttentionOptions {
   /// `deterministic`). On CUDA the backward's dq then gathers its key tiles in one order: the own
   /// backward adds each query tile's dQ key tile after key tile (a CTA waits for the one before
   /// it), cuDNN's backward runs its deterministic algorithm; both cost backward speed (the own
-  /// backward's: 11-13% at D 128 on an H200 with 64 query rows a step, README's "Determinism").
-  /// The forward and the CPU kernels are deterministic either way.
+  /// backward's: 0-3% at D 128 and 3-12% at D 64 on an H100, README's "Determinism"). The
+  /// forward and the CPU kernels are deterministic either way.
   bool deterministic = false;
   /// Packed documents (flash-attn's varlen cu_seqlens, as lengths): the sequence holds documents
   /// of these lengths one after another, and a query sees only keys of its own document (the mask

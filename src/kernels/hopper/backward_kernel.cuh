@@ -197,9 +197,13 @@ struct OneThreadSync {
 };
 using QueryGradTurnBarrier = cutlass::GenericBarrier<OneThreadSync>;
 
-/// Waits until this thread's bulk operations (the TMA unit's adds into dq) are complete, their
-/// writes performed, not only their shared-memory sources read (cute::tma_store_wait's `.read`).
-__device__ inline void wait_bulk_operations_complete() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+/// Waits until all but this thread's `kPending` latest groups of bulk operations (the TMA unit's
+/// adds into dq) are complete, their writes performed, not only their shared-memory sources read
+/// (cute::tma_store_wait's `.read`).
+template <int kPending>
+__device__ void wait_bulk_operations_complete() {
+  asm volatile("cp.async.bulk.wait_group %0;" ::"n"(kPending) : "memory");
+}
 
 /// Orders this thread's global-memory accesses through the generic proxy (the turn counters)
 /// with those through the async proxy (the TMA unit's adds), both ways.
@@ -359,7 +363,10 @@ __device__ void load_tiles(const BackwardParams<Traits>& params, const BackwardT
 /// part while the second's add still runs. In deterministic mode lane 0 first waits for the query
 /// tile's turn (QueryGradTurns): a CTA waits only for key tiles of lower index, whose CTAs started
 /// before it (the grid runs in index order) and never wait for it, so there is no cycle; it passes
-/// the turn on once both adds are complete, their writes performed.
+/// the turn on once both adds are complete, their writes performed, and only after issuing the next
+/// step's adds: done before them, the wait for completion, the hand-over and the next turn's wait
+/// made a chain between two steps' adds longer than a step (a step later: +4-5% causal at D 128,
+/// +8-11% at D 64, bench/results/gpu-device-run-h100-2026-12-07b.md).
 template <StepOrder kOrder, class Traits>
 __device__ void add_query_grads(const BackwardParams<Traits>& params, const BackwardTile& tile,
                                 typename Traits::SharedStorage& shared) {
@@ -380,11 +387,21 @@ __device__ void add_query_grads(const BackwardParams<Traits>& params, const Back
   for (int part = 0; part < kParts; ++part) {  // the buffer starts free
     NamedBarrier::arrive(kPartThreads, query_grad_barrier(BackwardBarrier::query_grad_empty, part));
   }
+  const bool takes_turns = issuing && problem.dq_turns != nullptr;
+  int previous_turn = -1;  // the last step's turn, not yet handed on
+  // Hands previous_turn on once all but the `pending` latest groups of adds are complete.
+  const auto hand_on_previous_turn = [&](auto pending) {
+    if (takes_turns && previous_turn >= 0) {
+      wait_bulk_operations_complete<decltype(pending)::value>();
+      fence_generic_with_async_global();
+      QueryGradTurnBarrier::arrive_inc(problem.dq_turns, 0, previous_turn);
+    }
+  };
   const int steps = tile.steps.count();
   QueryStep at = tile.steps.first<kOrder>();
   for (int step = 0; step < steps; ++step, tile.steps.advance<kOrder>(at)) {
     const int turn = (tile.batch * problem.heads + at.head) * query_tiles + at.m_block;
-    if (issuing && problem.dq_turns != nullptr) {
+    if (takes_turns) {
       QueryGradTurnBarrier::wait_eq(problem.dq_turns, 0, turn,
                                     key_tiles_before(problem, tile.tile_index, step_rows(problem, at)));
       fence_generic_with_async_global();  // the adds below come after the previous tile's
@@ -400,6 +417,9 @@ __device__ void add_query_grads(const BackwardParams<Traits>& params, const Back
         tma_store_arrive();
       }
     }
+    // The previous step's adds, issued a step ago, are complete by now as a rule: its turn goes on.
+    hand_on_previous_turn(Int<kParts>{});
+    previous_turn = turn;
     // Each part back as soon as its add has read it (the adds read in the order issued).
     for_each(make_int_sequence<kParts>{}, [&](auto part) {
       if (issuing) tma_store_wait<kParts - 1 - decltype(part)::value>();
@@ -408,12 +428,8 @@ __device__ void add_query_grads(const BackwardParams<Traits>& params, const Back
         NamedBarrier::arrive(kPartThreads, query_grad_barrier(BackwardBarrier::query_grad_empty, part));
       }
     });
-    if (issuing && problem.dq_turns != nullptr) {
-      wait_bulk_operations_complete();
-      fence_generic_with_async_global();
-      QueryGradTurnBarrier::arrive_inc(problem.dq_turns, 0, turn);
-    }
   }
+  hand_on_previous_turn(Int<0>{});
 }
 
 // ---- consumers: the products and the softmax's gradient -----------------------------------------
