@@ -2,7 +2,7 @@
 // The own attention backward for sm_90a (FlashAttention-3's shape of warp roles; bench/kernel-notes.md
 // tracks its speed), fp32 throughout:
 // - one CTA per (key tile of 128 keys of a segment, kv head, batch), in the grid's order of
-//   backward_tile_order.hpp (backward_tile); it loops over every query tile (80 rows) of every query
+//   backward_tile_order.hpp (backward_tile); it loops over every query tile (80 rows, 128 at D 64) of every query
 //   head of the GQA group that sees a key of the tile (or of its part of the group, where a short
 //   launch splits the group: backward_head_parts.hpp), in backward_step_order.hpp's order;
 // - warpgroup 0 produces with two warps: one loads K and V once, then each step's Q, dO (TMA),
@@ -56,7 +56,7 @@ struct BackwardTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockN = kBackwardKeyTile;  // keys of the CTA, 64 per warpgroup
-  static constexpr int kBlockM = kBackwardQueryTile;  // query rows per step
+  static constexpr int kBlockM = backward_query_tile(kHeadDim);  // query rows per step
   static constexpr int kConsumerWarpgroups = 2;
   static constexpr int kConsumerThreads = 128 * kConsumerWarpgroups;
   static constexpr int kThreads = 128 + kConsumerThreads;  // a producer warpgroup first
@@ -237,8 +237,10 @@ struct BackwardTile {
 };
 
 /// This CTA's tile, in the grid's order of backward_tile_order.hpp: bands of groups (a part of
-/// the GQA group of a kv head of a batch entry), the key tile slowest inside a band.
-__device__ inline BackwardTile backward_tile(const BackwardProblem& problem) {
+/// the GQA group of a kv head of a batch entry), the key tile slowest inside a band; steps of
+/// kBlockM query rows.
+template <int kBlockM>
+__device__ BackwardTile backward_tile(const BackwardProblem& problem) {
   BackwardTile tile;
   const BackwardTileSlot slot =
       backward_tile_slot(static_cast<int>(blockIdx.x), problem.key_tiles, problem.band_groups);
@@ -256,15 +258,16 @@ __device__ inline BackwardTile backward_tile(const BackwardProblem& problem) {
   tile.steps = BackwardSteps{
       (tile.kv_head * problem.head_parts + part) * heads, heads,
       visible_query_tiles(problem.q_position, problem.rows, KeyRange{segment.position, segment.keys}, tile.key_tile,
-                          problem.mask_left, problem.mask_right, kBackwardQueryTile, kBackwardKeyTile),
+                          problem.mask_left, problem.mask_right, kBlockM, kBackwardKeyTile),
       problem.dq_turns != nullptr ? StepOrder::in_turn : StepOrder::head_by_head};
   return tile;
 }
 
-/// The global positions of the first and last valid row of a step's query tile.
-__device__ inline QueryRows step_rows(const BackwardProblem& problem, const QueryStep& at) {
-  const int64_t first_row = problem.q_position + int64_t{at.m_block} * kBackwardQueryTile;
-  return QueryRows{first_row, first_row + min(kBackwardQueryTile, problem.rows - at.m_block * kBackwardQueryTile) - 1};
+/// The global positions of the first and last valid row of a step's query tile of kBlockM rows.
+template <int kBlockM>
+__device__ QueryRows step_rows(const BackwardProblem& problem, const QueryStep& at) {
+  const int64_t first_row = problem.q_position + int64_t{at.m_block} * kBlockM;
+  return QueryRows{first_row, first_row + min(kBlockM, problem.rows - at.m_block * kBlockM) - 1};
 }
 
 /// Barrier-word view of a transaction barrier, as the TMA copies take it.
@@ -402,8 +405,9 @@ __device__ void add_query_grads(const BackwardParams<Traits>& params, const Back
   for (int step = 0; step < steps; ++step, tile.steps.advance<kOrder>(at)) {
     const int turn = (tile.batch * problem.heads + at.head) * query_tiles + at.m_block;
     if (takes_turns) {
-      QueryGradTurnBarrier::wait_eq(problem.dq_turns, 0, turn,
-                                    key_tiles_before(problem, tile.tile_index, step_rows(problem, at)));
+      QueryGradTurnBarrier::wait_eq(
+          problem.dq_turns, 0, turn,
+          key_tiles_before(problem, tile.tile_index, step_rows<Traits::kBlockM>(problem, at)));
       fence_generic_with_async_global();  // the adds below come after the previous tile's
     }
     Tensor g = query_tiles_of<Traits, Traits::QueryGrad::kPartColumns>(tma, problem, at.head,
@@ -508,7 +512,7 @@ __device__ void consume(const BackwardParams<Traits>& params, const BackwardTile
     Tensor score_grads = partition_fragment_C(mma_scores, Shape<Int<kBlockN>, Int<kBlockM>>{});  // dP^T, then dS^T
     issue_warpgroup_mma<true>(mma_scores, tSrK, tSrQ(_, _, _, stage), scores);
     issue_warpgroup_mma<true>(mma_scores, tSrV, tSrdO(_, _, _, stage), score_grads);
-    const QueryRows rows = step_rows(problem, at);
+    const QueryRows rows = step_rows<kBlockM>(problem, at);
     // This thread's rows' lse read while S's product runs: read after the wait (which no load may
     // pass), their latency stood between S and the exponentials (7% of the warps' stall samples at
     // 16k causal, bench/kernel-notes.md, 2026-11-28 twelfth session). Delta likewise before dP's wait.
@@ -636,7 +640,7 @@ template <class Traits>
 __global__ void __launch_bounds__(Traits::kThreads, 1)
     backward_kernel(const __grid_constant__ BackwardParams<Traits> params) {
   auto& shared = aligned_shared_storage<typename Traits::SharedStorage>();
-  const BackwardTile tile = backward_tile(params.problem);
+  const BackwardTile tile = backward_tile<Traits::kBlockM>(params.problem);
   if (tile.steps.count() == 0) return;  // no row sees these keys: dk and dv gain nothing
   const int warpgroup = cutlass::canonical_warp_group_idx();
 

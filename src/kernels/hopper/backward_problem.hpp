@@ -38,7 +38,7 @@ struct BackwardProblem {
   int64_t delta_strides[3] = {};
   float* dq = nullptr;  // (B, Sq, H, D) fp32, accumulated
   int64_t dq_strides[3] = {};
-  // (B, H, query tiles of kBackwardQueryTile rows) zeroed turn counters: dQ added into dq in the
+  // (B, H, query tiles of backward_query_tile(D) rows) zeroed turn counters: dQ added into dq in the
   // order of the key tiles (QueryGradTurns, deterministic mode); null: in any order.
   int* dq_turns = nullptr;
   int32_t batch = 0;

@@ -23,16 +23,16 @@
 
 namespace spattn::cuda::hopper {
 
-/// Whether every key tile of `segments` sees as many query tiles of `rows` rows from global
-/// position `q_position` under the mask i - left <= j <= i + right (key_tile_plan.hpp).
-inline bool key_tiles_see_equal_work(int64_t q_position, int64_t rows, const KeyRange* segments, int segment_count,
-                                     int64_t left, int64_t right) {
+/// Whether every key tile of `segments` sees as many query tiles of `query_tile` of the `rows` rows
+/// from global position `q_position` under the mask i - left <= j <= i + right (key_tile_plan.hpp).
+inline bool key_tiles_see_equal_work(int64_t q_position, int64_t rows, int query_tile, const KeyRange* segments,
+                                     int segment_count, int64_t left, int64_t right) {
   int work = -1;
   for (int index = 0; index < segment_count; ++index) {
     const KeyRange& keys = segments[index];
     for (int64_t tile = 0; tile * kBackwardKeyTile < keys.length; ++tile) {
       const TileSpan tiles = visible_query_tiles(q_position, rows, keys, static_cast<int>(tile), left, right,
-                                                 kBackwardQueryTile, kBackwardKeyTile);
+                                                 query_tile, kBackwardKeyTile);
       const int tile_work = tiles.empty() ? 0 : tiles.end - tiles.begin;
       if (work >= 0 && tile_work != work) return false;
       work = tile_work;

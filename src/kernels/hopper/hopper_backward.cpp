@@ -149,12 +149,13 @@ std::string try_hopper_backward(const BackwardBlock& block, cudaStream_t stream,
 
   // Segments in launches of up to kMaxSegmentsPerLaunch, each adding into the gradients; segments
   // without keys take no place.
-  const int64_t query_tiles = (q.size(1) + hopper::kBackwardQueryTile - 1) / hopper::kBackwardQueryTile;
+  const int query_tile = hopper::backward_query_tile(static_cast<int>(q.size(3)));
+  const int64_t query_tiles = (q.size(1) + query_tile - 1) / query_tile;
   // The kernel numbers the turn counters in int32.
   SPATTN_CHECK(turns == nullptr || q.size(0) * q.size(2) * query_tiles <= std::numeric_limits<int32_t>::max(),
                "the own Hopper backward in deterministic mode: batch "
-                   << q.size(0) << " x " << q.size(2) << " heads x " << query_tiles << " query tiles of "
-                   << hopper::kBackwardQueryTile << " rows exceed its 2^31 - 1 turn counters");
+                   << q.size(0) << " x " << q.size(2) << " heads x " << query_tiles << " query tiles of " << query_tile
+                   << " rows exceed its 2^31 - 1 turn counters");
   const auto launch_segments = [&] {
     if (problem.num_segments == 0) return;
     // Every launch counts its key tiles' turns from zero.
@@ -165,8 +166,9 @@ std::string try_hopper_backward(const BackwardBlock& block, cudaStream_t stream,
     hopper::KeyRange key_ranges[kMaxSegmentsPerLaunch];
     for (int index = 0; index < problem.num_segments; ++index)
       key_ranges[index] = hopper::KeyRange{problem.segments[index].position, problem.segments[index].keys};
-    const bool equal_work = hopper::key_tiles_see_equal_work(
-        problem.q_position, problem.rows, key_ranges, problem.num_segments, problem.mask_left, problem.mask_right);
+    const bool equal_work =
+        hopper::key_tiles_see_equal_work(problem.q_position, problem.rows, query_tile, key_ranges, problem.num_segments,
+                                         problem.mask_left, problem.mask_right);
     problem.band_groups = static_cast<int32_t>(
         hopper::backward_band_groups(problem.key_tiles, int64_t{problem.head_parts} * problem.kv_heads * problem.batch,
                                      multiprocessors, equal_work));

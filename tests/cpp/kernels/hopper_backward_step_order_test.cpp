@@ -23,6 +23,7 @@ namespace spattn::cuda::hopper {
 namespace {
 
 constexpr int kH100Multiprocessors = 132;
+constexpr int kQueryTile = backward_query_tile(128);  // the models' head dim
 constexpr int64_t kUnbounded = -1;
 
 /// The steps of the query heads [first_head, first_head + heads) and `query_tiles`, in the order
@@ -79,8 +80,7 @@ std::vector<TileSpan> visited_query_tiles(int64_t q_position, int64_t rows, cons
   std::vector<TileSpan> spans;
   for (const KeyRange& keys : segments)
     for (int tile = 0; int64_t{tile} * kBackwardKeyTile < keys.length; ++tile)
-      spans.push_back(
-          visible_query_tiles(q_position, rows, keys, tile, left, right, kBackwardQueryTile, kBackwardKeyTile));
+      spans.push_back(visible_query_tiles(q_position, rows, keys, tile, left, right, kQueryTile, kBackwardKeyTile));
   return spans;
 }
 
@@ -139,11 +139,12 @@ double modeled_launch_end(int64_t tokens, bool causal, bool turns, bool in_turn_
   constexpr double kAdd = 0.4;
   constexpr int kKvHeads = 8, kHeads = 4;
   const int key_tiles = static_cast<int>(tokens / kBackwardKeyTile);
-  const int query_tiles = static_cast<int>((tokens + kBackwardQueryTile - 1) / kBackwardQueryTile);
+  const int query_tiles = static_cast<int>((tokens + kQueryTile - 1) / kQueryTile);
   const int64_t right = causal ? 0 : kUnbounded;
   const KeyRange block{0, tokens};
-  const int band = static_cast<int>(backward_band_groups(
-      key_tiles, kKvHeads, kH100Multiprocessors, key_tiles_see_equal_work(0, tokens, &block, 1, kUnbounded, right)));
+  const int band = static_cast<int>(
+      backward_band_groups(key_tiles, kKvHeads, kH100Multiprocessors,
+                           key_tiles_see_equal_work(0, tokens, kQueryTile, &block, 1, kUnbounded, right)));
   // The end of the last add into each (group, head, query tile): the grid starts each group's key
   // tiles in ascending order, so the one before a CTA's is already modeled when it comes.
   std::vector<double> last_add_end(static_cast<std::size_t>(kKvHeads * kHeads * query_tiles), 0.0);
@@ -152,10 +153,10 @@ double modeled_launch_end(int64_t tokens, bool causal, bool turns, bool in_turn_
   double launch_end = 0.0;
   for (int cta = 0; cta < key_tiles * kKvHeads; ++cta) {
     const BackwardTileSlot slot = backward_tile_slot(cta, key_tiles, band);
-    const std::vector<QueryStep> steps = walk(
-        0, kHeads,
-        visible_query_tiles(0, tokens, block, slot.key_tile, kUnbounded, right, kBackwardQueryTile, kBackwardKeyTile),
-        in_turn_order);
+    const std::vector<QueryStep> steps =
+        walk(0, kHeads,
+             visible_query_tiles(0, tokens, block, slot.key_tile, kUnbounded, right, kQueryTile, kBackwardKeyTile),
+             in_turn_order);
     double computed = free_at.top(), add_start = 0.0, add_end = computed;
     free_at.pop();
     for (const QueryStep& at : steps) {

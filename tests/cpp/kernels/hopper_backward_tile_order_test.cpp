@@ -21,6 +21,7 @@ namespace spattn::cuda::hopper {
 namespace {
 
 constexpr int kH100Multiprocessors = 132;
+constexpr int kQueryTile = backward_query_tile(128);  // the models' head dim
 
 TEST(HopperBackwardTileOrder, ABandIsTheFewestGroupsThatFillTheMultiprocessorsOnce) {
   // 32k causal, GQA 32/8 on one GPU: 256 key tiles a group fill them alone.
@@ -40,19 +41,19 @@ TEST(HopperBackwardTileOrder, KeyTilesOfEqualWorkKeepOneBand) {
   constexpr int64_t kUnbounded = -1;
   const KeyRange block{0, 4096};
   // Non-causal: every key tile sees every query tile.
-  EXPECT_TRUE(key_tiles_see_equal_work(0, 4096, &block, 1, kUnbounded, kUnbounded));
+  EXPECT_TRUE(key_tiles_see_equal_work(0, 4096, kQueryTile, &block, 1, kUnbounded, kUnbounded));
   // Causal on the diagonal: the first key tile sees all 64 query tiles, the last one.
-  EXPECT_FALSE(key_tiles_see_equal_work(0, 4096, &block, 1, kUnbounded, 0));
+  EXPECT_FALSE(key_tiles_see_equal_work(0, 4096, kQueryTile, &block, 1, kUnbounded, 0));
   // Causal with every query after every key (a zigzag rank's later chunk against an earlier one),
   // also where the keys end inside a tile.
-  EXPECT_TRUE(key_tiles_see_equal_work(8192, 4096, &block, 1, kUnbounded, 0));
+  EXPECT_TRUE(key_tiles_see_equal_work(8192, 4096, kQueryTile, &block, 1, kUnbounded, 0));
   const KeyRange short_tail{0, 4000};
-  EXPECT_TRUE(key_tiles_see_equal_work(8192, 4096, &short_tail, 1, kUnbounded, 0));
+  EXPECT_TRUE(key_tiles_see_equal_work(8192, 4096, kQueryTile, &short_tail, 1, kUnbounded, 0));
   // Two segments, the second after the queries: its tiles see none.
   const KeyRange segments[] = {{0, 1024}, {16384, 1024}};
-  EXPECT_FALSE(key_tiles_see_equal_work(8192, 4096, segments, 2, kUnbounded, 0));
+  EXPECT_FALSE(key_tiles_see_equal_work(8192, 4096, kQueryTile, segments, 2, kUnbounded, 0));
   // A sliding window of 1024 keys back: the block's last key tiles see fewer query tiles.
-  EXPECT_FALSE(key_tiles_see_equal_work(0, 4096, &block, 1, 1024, 0));
+  EXPECT_FALSE(key_tiles_see_equal_work(0, 4096, kQueryTile, &block, 1, 1024, 0));
 }
 
 TEST(HopperBackwardTileOrder, EveryTileOfEveryGroupOnceAndEachGroupsTilesInAscendingOrder) {
@@ -125,7 +126,7 @@ double causal_idle_share(int64_t tokens, int64_t band_groups_or_zero) {
   for (int cta = 0; cta < key_tiles * groups; ++cta) {
     const BackwardTileSlot slot = backward_tile_slot(cta, key_tiles, band);
     const TileSpan tiles =
-        visible_query_tiles(0, tokens, KeyRange{0, tokens}, slot.key_tile, -1, 0, kBackwardQueryTile, kBackwardKeyTile);
+        visible_query_tiles(0, tokens, KeyRange{0, tokens}, slot.key_tile, -1, 0, kQueryTile, kBackwardKeyTile);
     steps.push_back(int64_t{tiles.end - tiles.begin} * (group / parts));
     total += steps.back() + kOverhead;
   }

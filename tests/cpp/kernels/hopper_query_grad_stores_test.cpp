@@ -22,7 +22,11 @@ namespace {
 
 using namespace cute;
 
-constexpr int kRows = kBackwardQueryTile, kKeys = kBackwardKeyTile;
+constexpr int kKeys = kBackwardKeyTile;
+
+/// Query rows of a step at kHeadDim.
+template <int kHeadDim>
+constexpr int kRows = backward_query_tile(kHeadDim);
 
 struct StoreCensus {
   int passes = 0;                        // bank passes over every store instruction of every warp
@@ -35,15 +39,15 @@ struct StoreCensus {
 /// them, into the (rows, head_dim) buffer.
 template <int kHeadDim>
 StoreCensus census() {
-  using Buffer = QueryGradBuffer<cutlass::bfloat16_t, kRows, kHeadDim, kKeys>;
+  using Buffer = QueryGradBuffer<cutlass::bfloat16_t, kRows<kHeadDim>, kHeadDim, kKeys>;
   const typename Buffer::Smem layout{};
   typename Buffer::Mma mma;
   StoreCensus result;
   for (int warp = 0; warp < 4 * Buffer::kWarpgroups; ++warp) {
     std::map<int, std::map<int, std::set<int>>> words_of_bank;  // instruction -> bank -> words
     for (int lane = 0; lane < 32; ++lane) {
-      Tensor coordinates =
-          mma.get_thread_slice(warp * 32 + lane).partition_C(make_identity_tensor(Shape<Int<kHeadDim>, Int<kRows>>{}));
+      Tensor coordinates = mma.get_thread_slice(warp * 32 + lane)
+                               .partition_C(make_identity_tensor(Shape<Int<kHeadDim>, Int<kRows<kHeadDim>>>{}));
       for (int element = 0; element < size(coordinates); ++element) {
         const int column = get<0>(coordinates(element)), row = get<1>(coordinates(element));
         result.stored.insert({row, column});
@@ -65,8 +69,8 @@ StoreCensus census() {
 template <int kHeadDim>
 void expect_every_element_once_and_one_pass_per_instruction() {
   const StoreCensus stores = census<kHeadDim>();
-  EXPECT_EQ(stores.stores, kRows * kHeadDim);
-  EXPECT_EQ(static_cast<int>(stores.stored.size()), kRows * kHeadDim);  // each element once
+  EXPECT_EQ(stores.stores, kRows<kHeadDim> * kHeadDim);
+  EXPECT_EQ(static_cast<int>(stores.stored.size()), kRows<kHeadDim> * kHeadDim);  // each element once
   EXPECT_EQ(stores.passes, stores.instructions);
 }
 
@@ -83,11 +87,11 @@ TEST(HopperQueryGradStores, EveryElementOnceWithoutBankConflictsAtHeadDim64) {
 /// byte part * kPartElements * 4 on.
 template <int kHeadDim>
 void expect_parts_to_be_the_buffers_columns() {
-  using Buffer = QueryGradBuffer<cutlass::bfloat16_t, kRows, kHeadDim, kKeys>;
+  using Buffer = QueryGradBuffer<cutlass::bfloat16_t, kRows<kHeadDim>, kHeadDim, kKeys>;
   const typename Buffer::Smem whole{};
   const typename Buffer::SmemPart part_layout{};
   for (int part = 0; part < Buffer::kWarpgroups; ++part)
-    for (int row = 0; row < kRows; ++row)
+    for (int row = 0; row < kRows<kHeadDim>; ++row)
       for (int column = 0; column < 64; ++column)
         ASSERT_EQ(part * Buffer::kPartElements * int{sizeof(float)} + swizzled_byte<float>(part_layout, row, column),
                   swizzled_byte<float>(whole, row, 64 * part + column))

@@ -16,7 +16,11 @@ namespace {
 
 using namespace cute;
 
-constexpr int kRows = kBackwardQueryTile, kKeys = kBackwardKeyTile;
+constexpr int kKeys = kBackwardKeyTile;
+
+/// Query rows of a step at kHeadDim.
+template <int kHeadDim>
+constexpr int kRows = backward_query_tile(kHeadDim);
 
 /// Every (row, column[, copy]) of `Smem` (rows, columns[, copies]) against (column, row[, copy])
 /// of its transposed view: the copies keep their place.
@@ -54,9 +58,10 @@ using Keys = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<cutlass::bfloat16_
                                     Shape<Int<kKeys>, Int<kHeadDim>>{}));  // K as loaded
 template <int kHeadDim>
 using Rows = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<cutlass::bfloat16_t>{},
-                                    Shape<Int<kRows>, Int<kHeadDim>, _2>{}));  // Q or dO, two stages
+                                    Shape<Int<kRows<kHeadDim>>, Int<kHeadDim>, _2>{}));  // Q or dO, two stages
+template <int kHeadDim>
 using ScoreGrads = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<cutlass::bfloat16_t>{},
-                                          Shape<Int<kRows>, Int<kKeys>, _2>{}));  // dS, two buffers
+                                          Shape<Int<kRows<kHeadDim>>, Int<kKeys>, _2>{}));  // dS, two buffers
 
 TEST(HopperTransposedLayout, KeysReadAsKeysTransposedAreTheSameBytes) {
   expect_same_bytes<Keys<128>, cutlass::bfloat16_t>();
@@ -66,12 +71,13 @@ TEST(HopperTransposedLayout, KeysReadAsKeysTransposedAreTheSameBytes) {
 TEST(HopperTransposedLayout, RowsOfEveryStageReadTransposedAreTheSameBytes) {
   expect_same_bytes<Rows<128>, cutlass::bfloat16_t>();
   expect_same_bytes<Rows<64>, cutlass::bfloat16_t>();
-  expect_same_bytes<ScoreGrads, cutlass::bfloat16_t>();
+  expect_same_bytes<ScoreGrads<128>, cutlass::bfloat16_t>();
+  expect_same_bytes<ScoreGrads<64>, cutlass::bfloat16_t>();
 }
 
 TEST(HopperTransposedLayout, QueryGradBufferReadTransposedIsTheSameBytes) {
-  expect_same_bytes<QueryGradBuffer<cutlass::bfloat16_t, kRows, 128, kKeys>::Smem, float>();
-  expect_same_bytes<QueryGradBuffer<cutlass::half_t, kRows, 64, kKeys>::Smem, float>();
+  expect_same_bytes<QueryGradBuffer<cutlass::bfloat16_t, kRows<128>, 128, kKeys>::Smem, float>();
+  expect_same_bytes<QueryGradBuffer<cutlass::half_t, kRows<64>, 64, kKeys>::Smem, float>();
 }
 
 }  // namespace
