@@ -2,9 +2,10 @@
 // The own attention backward for sm_90a (FlashAttention-3's shape of warp roles; bench/kernel-notes.md
 // tracks its speed), fp32 throughout:
 // - one CTA per (key tile of 128 keys of a segment, kv head, batch), in the grid's order of
-//   backward_tile_order.hpp (backward_tile); it loops over every query tile (80 rows, 128 at D 64) of every query
-//   head of the GQA group that sees a key of the tile (or of its part of the group, where a short
-//   launch splits the group: backward_head_parts.hpp), in backward_step_order.hpp's order;
+//   backward_tile_order.hpp (backward_tile); it loops over every query tile (backward_query_tile's
+//   rows) of every query head of the GQA group that sees a key of the tile (or of its part of the
+//   group, where a short launch splits the group: backward_head_parts.hpp), in
+//   backward_step_order.hpp's order;
 // - warpgroup 0 produces with two warps: one loads K and V once, then each step's Q, dO (TMA),
 //   lse and delta into a two-stage pipeline that the consumers release after their last product
 //   that reads a stage; the other adds each step's dQ from shared memory into the block's fp32 dq
